@@ -1,0 +1,3 @@
+from inferplex.cli import main
+
+raise SystemExit(main())

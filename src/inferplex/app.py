@@ -1,0 +1,83 @@
+"""Assembles the ASGI application: configuration in, Starlette app out.
+
+Adapters and the shared HTTP session are created in the lifespan (they need the running event loop) and
+closed on shutdown; everything a handler needs hangs off one `Services` object on `app.state`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import aiohttp
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inferplex.auth import MasterKeyAuth
+from inferplex.catalog import Catalog
+from inferplex.config import Config
+from inferplex.dialects import openai as openai_dialect
+from inferplex.edge import json_response
+from inferplex.errors import GatewayError, NotFound
+from inferplex.pipeline import Pipeline
+from inferplex.providers.base import Adapter
+from inferplex.providers.http import new_session
+from inferplex.providers.registry import load_factory
+
+
+@dataclass(slots=True)
+class Resources:
+    """What provider factories may use: the shared HTTP session and the whole configuration."""
+
+    http: aiohttp.ClientSession
+    config: Config
+
+
+@dataclass(slots=True)
+class Services:
+    pipeline: Pipeline
+    auth: MasterKeyAuth
+    max_body_bytes: int
+
+
+def build_adapters(config: Config, resources: Resources) -> dict[str, Adapter]:
+    return {p.name: load_factory(p.kind)(p, resources) for p in config.providers}
+
+
+async def _health(request: Request) -> Response:
+    return json_response({"status": "ok"})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        err: GatewayError = NotFound(f"Unknown route {request.method} {request.url.path}.", code="unknown_route")
+    else:
+        err = GatewayError(exc.detail, status=exc.status_code, code="method_not_allowed")
+        err.type = "invalid_request_error"
+    return json_response(err.to_openai(), status=err.status)
+
+
+def create_app(config: Config, master_key: str) -> Starlette:
+    catalog = Catalog(config)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        session = new_session()
+        adapters = build_adapters(config, Resources(session, config))
+        app.state.services = Services(
+            Pipeline(catalog, adapters), MasterKeyAuth(master_key), config.server.max_body_bytes
+        )
+        try:
+            yield
+        finally:
+            for adapter in adapters.values():
+                await adapter.aclose()
+            await session.close()
+
+    routes = [Route("/health", _health, methods=["GET"]), *openai_dialect.routes]
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})

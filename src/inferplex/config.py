@@ -1,0 +1,181 @@
+"""The gateway's configuration: one YAML file, validated once at start-up.
+
+Secrets are never inlined in the file: a secret field holds a reference (`env:NAME` or `file:PATH`) that is
+resolved when the file is loaded, so a config file can be committed and shared without leaking keys.
+"""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be used; the message names the file, the field and the problem."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _resolve_secret(value: str) -> str:
+    """Turn `env:NAME` / `file:PATH` into the secret itself; anything else is an inlined secret: refused."""
+    if value.startswith("env:"):
+        name = value[4:]
+        resolved = os.environ.get(name)
+        if resolved is None:
+            raise ValueError(f"environment variable {name} is not set")
+        return resolved
+    if value.startswith("file:"):
+        path = Path(value[5:]).expanduser()
+        try:
+            return path.read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from None
+    raise ValueError("secrets are referenced, not inlined: write env:VARIABLE or file:/path/to/secret")
+
+
+def _secret(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be a string reference such as env:VARIABLE")
+    return _resolve_secret(value)
+
+
+# A secret field: resolved from its reference at load time, shown as '**********' in any repr or dump.
+Secret = Annotated[SecretStr, BeforeValidator(_secret)]
+
+
+class Timeouts(_Strict):
+    """Upstream timeouts in seconds. `read` bounds the wait for each chunk (first token and stalls)."""
+
+    connect: float = Field(10.0, gt=0)
+    read: float = Field(300.0, gt=0)
+    total: float | None = Field(None, gt=0)
+
+
+class ProviderConfig(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    kind: str = "openai"
+    profile: str | None = None
+    base_url: str | None = None
+    api_key: Secret | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+
+class Pricing(_Strict):
+    """Prices in USD per million tokens (the unit every provider publishes)."""
+
+    input: Decimal = Field(Decimal(0), ge=0)
+    output: Decimal = Field(Decimal(0), ge=0)
+    cached_input: Decimal | None = Field(None, ge=0)
+    cache_write: Decimal | None = Field(None, ge=0)
+    free: bool = False
+
+
+class Capabilities(_Strict):
+    tools: bool = True
+    vision: bool = False
+    json_schema: bool = True
+    streaming: bool = True
+
+
+class DeploymentConfig(_Strict):
+    provider: str
+    model: str = Field(min_length=1)
+
+
+class ModelConfig(_Strict):
+    name: str = Field(min_length=1)
+    type: Literal["chat", "embedding"] = "chat"
+    display_name: str | None = None
+    description: str | None = None
+    deployments: Annotated[list[DeploymentConfig], Field(min_length=1)]
+    context_window: int | None = Field(None, gt=0)
+    max_output: int | None = Field(None, gt=0)
+    capabilities: Capabilities = Field(default_factory=Capabilities)
+    pricing: Pricing = Field(default_factory=Pricing)
+    created: int = 1735689600
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    master_key: Secret | None = None
+    max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    data_dir: str = ".inferplex"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+
+class Config(_Strict):
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    providers: list[ProviderConfig] = Field(default_factory=list)
+    models: list[ModelConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Config:
+        from inferplex.providers.registry import known_kinds
+
+        names = [p.name for p in self.providers]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValueError(f"providers[{i}].name: duplicate provider name {name!r}")
+        kinds = known_kinds()
+        for i, p in enumerate(self.providers):
+            if p.kind not in kinds:
+                raise ValueError(f"providers[{i}].kind: unknown kind {p.kind!r} (known: {', '.join(sorted(kinds))})")
+        seen: set[str] = set()
+        for i, m in enumerate(self.models):
+            if m.name in seen:
+                raise ValueError(f"models[{i}].name: duplicate model name {m.name!r}")
+            seen.add(m.name)
+            for j, d in enumerate(m.deployments):
+                if d.provider not in names:
+                    raise ValueError(f"models[{i}].deployments[{j}].provider: unknown provider {d.provider!r}")
+        return self
+
+    def provider(self, name: str) -> ProviderConfig:
+        return next(p for p in self.providers if p.name == name)
+
+
+def _format_error(source: str, exc: ValidationError) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for err in exc.errors():
+        loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  {loc or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(source, exc)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    return parse_config(data, str(p))

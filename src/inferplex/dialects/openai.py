@@ -1,0 +1,192 @@
+"""The OpenAI dialect: `/v1/chat/completions`, `/v1/embeddings`, `/v1/models`, `/v1/endpoints`.
+
+Parsing is the canonical request itself (OpenAI's shape is canonical); rendering adds the gateway's
+`timings`, strips the usage chunk from streams whose caller did not ask for it, and turns a failure after
+the first byte into an OpenAI error chunk followed by `[DONE]`, never a silent cut.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inferplex.canonical import ChatRequest, EmbeddingRequest, parse
+from inferplex.config import ModelConfig
+from inferplex.edge import endpoint, json_response, read_json
+from inferplex.errors import GatewayError, InternalError, NotFound
+from inferplex.pipeline import ChatStream, Context
+from inferplex.sse import DONE, encode
+from inferplex.streaming import SSEResponse
+
+if TYPE_CHECKING:
+    from inferplex.app import Services
+
+log = logging.getLogger("inferplex")
+
+
+def render_error(err: GatewayError, ctx: Context) -> Response:
+    headers = ctx.headers()
+    if err.retry_after is not None:
+        headers["retry-after"] = str(max(int(err.retry_after + 0.999), 1))
+    return json_response(err.to_openai(), headers, err.status)
+
+
+def _timing_headers(ctx: Context, stream: bool) -> dict[str, str]:
+    t = ctx.timings.as_dict(ctx.completion_tokens, stream=stream)
+    headers = ctx.headers()
+    for key in ("total_ms", "upstream_ms", "gateway_ms", "ttft_ms"):
+        if key in t:
+            headers["x-inferplex-" + key.replace("_", "-")] = f"{t[key]:.2f}"
+    return headers
+
+
+async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[bytes]:
+    """OpenAI SSE frames from canonical chunks. The chunk with finish_reason is held until the usage chunk
+    (which follows it at once) so that it can carry the final `timings`."""
+    ctx = stream.ctx
+    held: dict[str, Any] | None = None
+    try:
+        async for chunk in stream:
+            if not chunk.get("choices") and chunk.get("usage") is not None:
+                if want_usage:
+                    if held is not None:
+                        yield encode(orjson.dumps(held))
+                        held = None
+                    chunk["timings"] = ctx.timings.as_dict(ctx.completion_tokens, stream=True)
+                    yield encode(orjson.dumps(chunk))
+                continue
+            if not want_usage:
+                chunk.pop("usage", None)
+            if held is not None:
+                yield encode(orjson.dumps(held))
+                held = None
+            if any(c.get("finish_reason") for c in chunk.get("choices") or ()):
+                held = chunk
+            else:
+                yield encode(orjson.dumps(chunk))
+        if held is not None:
+            held["timings"] = ctx.timings.as_dict(ctx.completion_tokens, stream=True)
+            yield encode(orjson.dumps(held))
+    except GatewayError as err:
+        if held is not None:
+            yield encode(orjson.dumps(held))
+        yield encode(orjson.dumps(err.to_openai()))
+    except Exception:
+        log.exception("stream failed", extra={"request_id": ctx.request_id})
+        yield encode(orjson.dumps(InternalError(f"The stream failed (request id {ctx.request_id}).").to_openai()))
+    finally:
+        await stream.aclose()
+    yield DONE
+
+
+async def chat_completions(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    services.auth.check(request.headers)
+    raw = await read_json(request, services.max_body_bytes)
+    chat: ChatRequest = parse(ChatRequest, raw)
+    if chat.stream:
+        stream = await services.pipeline.chat_stream(chat, raw, ctx)
+        return SSEResponse(render_stream(stream, chat.wants_usage), _timing_headers(ctx, stream=True))  # type: ignore[return-value]
+    response = await services.pipeline.chat(chat, raw, ctx)
+    response["timings"] = ctx.timings.as_dict(ctx.completion_tokens)
+    return json_response(response, _timing_headers(ctx, stream=False))
+
+
+async def embeddings(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    services.auth.check(request.headers)
+    raw = await read_json(request, services.max_body_bytes)
+    req: EmbeddingRequest = parse(EmbeddingRequest, raw)
+    response = await services.pipeline.embed(req, raw, ctx)
+    response["timings"] = ctx.timings.as_dict()
+    return json_response(response, _timing_headers(ctx, stream=False))
+
+
+def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:
+    targets = services.pipeline.catalog.targets(model)
+    p = model.pricing
+    return {
+        "id": model.name,
+        "object": "model",
+        "created": model.created,
+        "owned_by": targets[0].provider.name,
+        "display_name": model.display_name or model.name,
+        "description": model.description or "",
+        "type": model.type,
+        "context_window": model.context_window,
+        "max_output_tokens": model.max_output,
+        "capabilities": model.capabilities.model_dump(),
+        "pricing": {
+            "currency": "USD",
+            "unit": "per_million_tokens",
+            "input": str(p.input),
+            "output": str(p.output),
+            "cached_input": None if p.cached_input is None else str(p.cached_input),
+            "free": p.free,
+        },
+        "providers": sorted({t.provider.name for t in targets}),
+    }
+
+
+async def list_models(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    services.auth.check(request.headers)
+    data = [model_card(services, m) for m in services.pipeline.catalog.models]
+    return json_response({"object": "list", "data": data}, ctx.headers())
+
+
+async def get_model(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    services.auth.check(request.headers)
+    model_id = request.path_params["model_id"]
+    for m in services.pipeline.catalog.models:
+        if m.name == model_id:
+            return json_response(model_card(services, m), ctx.headers())
+    raise NotFound(f"The model `{model_id}` does not exist or you do not have access to it.", param="model")
+
+
+def endpoint_rows(services: Services) -> list[dict[str, Any]]:
+    rows = []
+    for m in services.pipeline.catalog.models:
+        card = model_card(services, m)
+        for t in services.pipeline.catalog.targets(m):
+            rows.append(
+                {
+                    "id": f"{m.name}@{t.provider.name}",
+                    "object": "endpoint",
+                    "model": m.name,
+                    "provider": t.provider.name,
+                    "upstream_model": t.upstream_model,
+                    "type": m.type,
+                    "context_window": m.context_window,
+                    "max_output_tokens": m.max_output,
+                    "pricing": card["pricing"],
+                    "limits": {"rpm": None, "tpm": None, "max_concurrent": None},
+                }
+            )
+    return rows
+
+
+async def list_endpoints(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    services.auth.check(request.headers)
+    rows = endpoint_rows(services)
+    model = request.query_params.get("model")
+    provider = request.query_params.get("provider")
+    rows = [r for r in rows if (model is None or r["model"] == model) and (provider is None or r["provider"] == provider)]
+    return json_response({"object": "list", "data": rows}, ctx.headers())
+
+
+routes = [
+    Route("/v1/chat/completions", endpoint(render_error, chat_completions), methods=["POST"]),
+    Route("/v1/embeddings", endpoint(render_error, embeddings), methods=["POST"]),
+    Route("/v1/models", endpoint(render_error, list_models), methods=["GET"]),
+    Route("/v1/models/{model_id:path}", endpoint(render_error, get_model), methods=["GET"]),
+    Route("/v1/endpoints", endpoint(render_error, list_endpoints), methods=["GET"]),
+]

@@ -1,0 +1,68 @@
+"""The HTTP edge shared by every dialect: reading JSON bodies within limits, and never leaking a traceback.
+
+`endpoint` wraps a route handler: it creates the request's `Context`, and turns any `GatewayError` into the
+dialect's own error shape, and any other exception into a logged, clean 500 in that shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from inferplex.errors import GatewayError, InternalError, InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from inferplex.pipeline import Context
+
+log = logging.getLogger("inferplex")
+
+ErrorRenderer = Callable[[GatewayError, Context], Response]
+Handler = Callable[[Request, Context], Awaitable[Response]]
+
+
+def json_response(data: Any, headers: dict[str, str] | None = None, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, headers=headers, media_type="application/json")
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";", 1)[0].strip().lower() != "application/json":
+        raise UnsupportedMediaType(
+            f"Unsupported content type {content_type or '(none)'!r}: send the body as application/json."
+        )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(f"The request body is larger than the limit of {max_bytes} bytes.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise PayloadTooLarge(f"The request body is larger than the limit of {max_bytes} bytes.")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request: {exc.args[0] if exc.args else 'invalid JSON'}.",
+            code="invalid_json",
+        ) from None
+
+
+def endpoint(render_error: ErrorRenderer, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    async def run(request: Request) -> Response:
+        ctx = Context()
+        try:
+            return await handler(request, ctx)
+        except GatewayError as err:
+            return render_error(err, ctx)
+        except Exception:
+            log.exception("unexpected error", extra={"request_id": ctx.request_id})
+            err = InternalError(f"The gateway hit an unexpected error (request id {ctx.request_id}).")
+            return render_error(err, ctx)
+
+    return run

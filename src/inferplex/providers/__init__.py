@@ -1,0 +1,1 @@
+"""Provider adapters: one module per provider family, all behind the `Adapter` interface in `base`."""

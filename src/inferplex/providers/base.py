@@ -1,0 +1,61 @@
+"""The provider adapter interface: the one seam between the pipeline and every upstream.
+
+An adapter has four jobs (buffered chat, streamed chat, embeddings, close), like httpx's two-method
+transport and TensorZero's small provider trait. It receives the canonical request plus the resolved
+`Target` and returns OpenAI-shaped dicts; translation to and from its provider's wire format is its own
+business, done by pure functions in its module.
+
+Streams are async generators of `chat.completion.chunk` dicts. The pipeline pulls the first item before
+it answers the caller, so an adapter must raise `GatewayError` from that first pull if the upstream
+fails, and keep its connection inside the generator so that closing the generator cancels the upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from inferplex.canonical import ChatRequest, EmbeddingRequest
+from inferplex.config import DeploymentConfig, ModelConfig, ProviderConfig
+
+Chunk = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a request goes: the public model, one of its deployments, and that deployment's provider."""
+
+    model: ModelConfig
+    deployment: DeploymentConfig
+    provider: ProviderConfig
+
+    @property
+    def upstream_model(self) -> str:
+        return self.deployment.model
+
+
+@dataclass(slots=True)
+class CallInfo:
+    """What the adapter reports back besides the body: used in headers and logs."""
+
+    dropped_params: list[str] = field(default_factory=list)
+    queued_ms: float = 0.0
+
+
+class Adapter(Protocol):
+    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+        """Return a complete `chat.completion` dict (usage included)."""
+        ...
+
+    def chat_stream(
+        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+    ) -> AsyncIterator[Chunk]:
+        """Yield `chat.completion.chunk` dicts; the last ones carry finish_reason and usage."""
+        ...
+
+    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], target: Target) -> dict[str, Any]:
+        """Return an OpenAI `list` of float embeddings with usage (the dialect encodes base64)."""
+        ...
+
+    async def aclose(self) -> None: ...

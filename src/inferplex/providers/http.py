@@ -1,0 +1,154 @@
+"""The HTTP edge shared by every remote adapter: one aiohttp session, errors mapped in one place.
+
+aiohttp's client was chosen by measurement (docs/benchmarks.md): it sustains several times httpx's request
+rate on this hardware. Adapters call `post_json` for buffered calls and `open_stream` + `sse_events` for
+streams; both turn connection failures, timeouts and non-2xx answers into the `GatewayError` tree, keeping
+the provider's own message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from inferplex.config import Timeouts
+from inferplex.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream_status
+from inferplex.sse import Event, SSEDecoder
+
+
+def new_session() -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=1024, ttl_dns_cache=300, keepalive_timeout=30)
+    return aiohttp.ClientSession(
+        connector=connector,
+        json_serialize=lambda o: orjson.dumps(o).decode(),
+        auto_decompress=True,
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+def client_timeout(t: Timeouts) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=t.total, sock_connect=t.connect, connect=None, sock_read=t.read)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return None
+
+
+def error_message(body: bytes, default: str) -> str:
+    """Pull the provider's own message out of whatever error body it sent."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        text = body.decode("utf-8", "replace").strip()
+        return text[:1000] or default
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("msg") or err.get("detail")
+            if isinstance(msg, str) and msg:
+                return msg
+        if isinstance(err, str) and err:
+            return err
+        for key in ("message", "detail"):
+            if isinstance(data.get(key), str):
+                return str(data[key])
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        return error_message(orjson.dumps(data[0]), default)
+    return default
+
+
+def upstream_failure(provider: str, status: int, body: bytes, headers: Mapping[str, str]) -> GatewayError:
+    message = error_message(body, f"provider {provider} answered HTTP {status}")
+    return from_upstream_status(status, message, _retry_after(headers))
+
+
+def transport_failure(provider: str, exc: BaseException) -> GatewayError:
+    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
+        return UpstreamTimeout(f"provider {provider} timed out")
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return UpstreamError(f"could not connect to provider {provider}: {exc.strerror or exc}")
+    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
+        return UpstreamError(f"provider {provider} closed the connection: {exc}")
+    return UpstreamError(f"provider {provider} failed: {type(exc).__name__}: {exc}")
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+
+
+async def post_json(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: Any,
+    headers: Mapping[str, str],
+    timeouts: Timeouts,
+    provider: str,
+) -> tuple[Any, Mapping[str, str]]:
+    try:
+        async with session.post(
+            url, data=orjson.dumps(body), headers=headers, timeout=client_timeout(timeouts)
+        ) as resp:
+            raw = await resp.read()
+            if resp.status >= 400:
+                raise upstream_failure(provider, resp.status, raw, resp.headers)
+            try:
+                return orjson.loads(raw), resp.headers
+            except orjson.JSONDecodeError:
+                raise UpstreamError(f"provider {provider} sent a body that is not JSON") from None
+    except _TRANSPORT_ERRORS as exc:
+        raise transport_failure(provider, exc) from exc
+
+
+async def open_stream(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: Any,
+    headers: Mapping[str, str],
+    timeouts: Timeouts,
+    provider: str,
+) -> aiohttp.ClientResponse:
+    """Send the request and wait for the response head; the caller owns (and must close) the response."""
+    try:
+        resp = await session.post(url, data=orjson.dumps(body), headers=headers, timeout=client_timeout(timeouts))
+    except _TRANSPORT_ERRORS as exc:
+        raise transport_failure(provider, exc) from exc
+    if resp.status >= 400:
+        try:
+            raw = await resp.read()
+        except _TRANSPORT_ERRORS:
+            raw = b""
+        finally:
+            resp.release()
+        raise upstream_failure(provider, resp.status, raw, resp.headers)
+    return resp
+
+
+async def sse_events(resp: aiohttp.ClientResponse, provider: str) -> AsyncIterator[Event]:
+    """Decode a response body as SSE; transport failures mid-stream become `UpstreamError`."""
+    decoder = SSEDecoder()
+    buffer = b""
+    try:
+        # Reads whatever arrived and splits lines ourselves: no per-line size cap, no waiting on partial lines.
+        async for data in resp.content.iter_any():
+            buffer += data
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                event = decoder.feed(line)
+                if event is not None:
+                    yield event
+    except _TRANSPORT_ERRORS as exc:
+        raise transport_failure(provider, exc) from exc
+    if buffer:
+        decoder.feed(buffer)
+    last = decoder.flush()
+    if last is not None:
+        yield last

@@ -1,0 +1,139 @@
+"""The adapter for every OpenAI-compatible upstream (OpenAI, Groq, vLLM, Ollama, ...).
+
+Translation is nearly the identity: the caller's own JSON is forwarded with the upstream model id swapped
+in, gateway-only fields removed, and the vendor profile's renames and drops applied, so fields the gateway
+does not know reach the upstream untouched. Streams always ask for usage, so every stream can be metered;
+the pipeline hides that chunk from callers who did not ask for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from inferplex.canonical import ChatRequest, EmbeddingRequest
+from inferplex.config import ConfigError, ProviderConfig
+from inferplex.errors import UpstreamError
+from inferplex.providers import http
+from inferplex.providers.base import CallInfo, Chunk, Target
+from inferplex.providers.profiles import PROFILES, VendorProfile, profile_for
+
+# Request fields that steer the gateway and mean nothing (or something else) to an upstream.
+GATEWAY_FIELDS = frozenset({"provider"})
+
+
+def build_chat_body(
+    raw: Mapping[str, Any], upstream_model: str, profile: VendorProfile, *, stream: bool
+) -> tuple[dict[str, Any], list[str]]:
+    """The upstream request body and the parameters dropped for this vendor."""
+    body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
+    body["model"] = upstream_model
+    if stream:
+        body["stream"] = True
+        if profile.stream_usage_option:
+            options = dict(body.get("stream_options") or {})
+            options["include_usage"] = True
+            body["stream_options"] = options
+    dropped = [k for k in profile.unsupported if k in body]
+    for k in dropped:
+        del body[k]
+    for ours, theirs in profile.renames.items():
+        if ours in body:
+            value = body.pop(ours)
+            body.setdefault(theirs, value)
+    return body, sorted(dropped)
+
+
+def normalize_completion(data: Any, public_model: str) -> dict[str, Any]:
+    """Give an upstream's completion OpenAI's exact shape: every key a strict client reads is present."""
+    if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
+        raise UpstreamError("the provider's response has no choices")
+    data["model"] = public_model
+    data.setdefault("object", "chat.completion")
+    for i, choice in enumerate(data["choices"]):
+        choice.setdefault("index", i)
+        message = choice.setdefault("message", {})
+        message.setdefault("role", "assistant")
+        message.setdefault("content", None)
+        message.setdefault("refusal", None)
+        choice.setdefault("logprobs", None)
+        choice.setdefault("finish_reason", "stop")
+    return data
+
+
+class OpenAICompatible:
+    def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
+        if config.profile is not None and config.profile not in PROFILES:
+            raise ConfigError(
+                f"provider {config.name}: unknown profile {config.profile!r} (known: {', '.join(sorted(PROFILES))})"
+            )
+        self.config = config
+        self.profile = profile_for(config.profile, config.name)
+        base = config.base_url or self.profile.base_url
+        if base is None:
+            raise ConfigError(f"provider {config.name}: base_url is required")
+        self._chat_url = base.rstrip("/") + "/chat/completions"
+        self._embed_url = base.rstrip("/") + "/embeddings"
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if config.api_key:
+            headers[self.profile.auth_header] = self.profile.auth_prefix + config.api_key.get_secret_value()
+        headers.update(config.headers)
+        self._headers = headers
+        self._stream_headers = {**headers, "Accept": "text/event-stream"}
+        self._session = session
+
+    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+        body, info.dropped_params = build_chat_body(raw, target.upstream_model, self.profile, stream=False)
+        data, _ = await http.post_json(
+            self._session, self._chat_url, body, self._headers, self.config.timeouts, self.config.name
+        )
+        return normalize_completion(data, target.model.name)
+
+    async def chat_stream(
+        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+    ) -> AsyncIterator[Chunk]:
+        body, info.dropped_params = build_chat_body(raw, target.upstream_model, self.profile, stream=True)
+        name = self.config.name
+        resp = await http.open_stream(self._session, self._chat_url, body, self._stream_headers, self.config.timeouts, name)
+        public = target.model.name
+        done = False
+        try:
+            async for event in http.sse_events(resp, name):
+                if event.data == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    raise UpstreamError(f"provider {name} sent a stream event that is not JSON") from None
+                if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
+                    raise UpstreamError(http.error_message(event.data.encode(), f"provider {name} failed mid-stream"))
+                if not isinstance(chunk, dict):
+                    continue
+                chunk["model"] = public
+                yield chunk
+        finally:
+            resp.close()
+        if not done:
+            raise UpstreamError(f"provider {name} ended the stream before it was complete")
+
+    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], target: Target) -> dict[str, Any]:
+        body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
+        body["model"] = target.upstream_model
+        data, _ = await http.post_json(
+            self._session, self._embed_url, body, self._headers, self.config.timeouts, self.config.name
+        )
+        if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+            raise UpstreamError(f"provider {self.config.name} sent an embeddings response without data")
+        data["model"] = target.model.name
+        return data
+
+    async def aclose(self) -> None:
+        """The HTTP session is shared and closed by the app."""
+
+
+def create(config: ProviderConfig, resources: Any) -> OpenAICompatible:
+    return OpenAICompatible(config, resources.http)

@@ -1,0 +1,51 @@
+"""An SSE response that notices when the caller leaves, even while the upstream is silent.
+
+Starlette's StreamingResponse only listens for `http.disconnect` on old ASGI spec versions; on current
+servers a caller who hangs up is noticed only at the next write, which may be minutes away behind a stalled
+upstream. This response races the body against a disconnect listener (Starlette's original design), so the
+upstream request is cancelled within moments of the caller leaving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+
+class SSEResponse:
+    def __init__(self, body: AsyncIterator[bytes], headers: Mapping[str, str], status_code: int = 200) -> None:
+        self.body = body
+        self.status_code = status_code
+        raw = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", **headers}
+        raw.setdefault("x-accel-buffering", "no")
+        self.raw_headers = [(k.lower().encode(), v.encode()) for k, v in raw.items()]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def stream() -> None:
+                    await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+                    async for chunk in self.body:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    tg.cancel_scope.cancel()
+
+                async def watch() -> None:
+                    while True:
+                        message = await receive()
+                        if message["type"] == "http.disconnect":
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(watch)
+                await stream()
+        except OSError:
+            pass  # the caller went away between our checks; nothing left to send to
+        finally:
+            aclose = getattr(self.body, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()

@@ -1,0 +1,56 @@
+"""Per-request timing marks and the `timings` object every response reports (Inferada's names)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class Timings:
+    start: float
+    upstream_start: float = 0.0
+    first_token: float = 0.0
+    upstream_end: float = 0.0
+    queued_ms: float = 0.0
+    processors_ms: float = 0.0
+
+    @classmethod
+    def begin(cls) -> Timings:
+        return cls(time.perf_counter())
+
+    def mark_upstream_start(self) -> None:
+        self.upstream_start = time.perf_counter()
+
+    def mark_first_token(self) -> None:
+        if not self.first_token:
+            self.first_token = time.perf_counter()
+
+    def mark_upstream_end(self) -> None:
+        self.upstream_end = time.perf_counter()
+
+    @property
+    def ttft_ms(self) -> float:
+        if not self.first_token or not self.upstream_start:
+            return 0.0
+        return (self.first_token - self.start) * 1000
+
+    def as_dict(self, completion_tokens: int | None = None, *, stream: bool = False) -> dict[str, float]:
+        now = time.perf_counter()
+        end = self.upstream_end or now
+        total = (now - self.start) * 1000
+        upstream = (end - self.upstream_start) * 1000 if self.upstream_start else 0.0
+        out = {"total_ms": round(total, 2), "upstream_ms": round(upstream, 2)}
+        gateway = total - upstream - self.queued_ms - self.processors_ms
+        out["gateway_ms"] = round(max(gateway, 0.0), 2)
+        if stream and self.first_token:
+            out["ttft_ms"] = round(self.ttft_ms, 2)
+        if completion_tokens and upstream > 0:
+            # Streams measure decode speed from the first token; buffered calls can only use the whole call.
+            gen_ms = (end - self.first_token) * 1000 if stream and self.first_token else upstream
+            out["tokens_per_second"] = round(completion_tokens * 1000 / (gen_ms or upstream), 2)
+        if self.queued_ms > 0:
+            out["queued_ms"] = round(self.queued_ms, 2)
+        if self.processors_ms > 0:
+            out["processors_ms"] = round(self.processors_ms, 2)
+        return out

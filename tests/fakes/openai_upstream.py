@@ -1,0 +1,289 @@
+"""A fake OpenAI-compatible provider: a real HTTP server on 127.0.0.1 that validates what it receives.
+
+It checks what OpenAI checks (auth header, JSON content type, model, messages and their roles, stream_options
+only with stream) and answers with OpenAI's exact shapes, SSE framing and error bodies. Every request is
+recorded so tests can assert on what the gateway actually sent. Behaviour is chosen by the model name, as
+TensorZero's dummy provider does:
+
+- any name: echo the last user message (`echo: <text>`); `max_tokens` truncates with finish_reason length
+- `tool-*`: call the first tool in the request with `{"city": "Paris"}` arguments
+- `error-<status>`: answer that HTTP status with an OpenAI error body (`retry-after: 7` on 429)
+- `die-midstream`: stream two content chunks, then drop the connection
+- `slow-stream`: stream one chunk every 50 ms for 30 s, noting when the client went away
+- `hang`: accept the request and never answer
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+VALID_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeState:
+    api_key: str
+    requests: list[Recorded] = field(default_factory=list)
+    disconnects: list[float] = field(default_factory=list)
+    stream_started: list[float] = field(default_factory=list)
+
+    def last(self, path_suffix: str = "/chat/completions") -> Recorded:
+        return next(r for r in reversed(self.requests) if r.path.endswith(path_suffix))
+
+
+def _error(status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
+           code: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
+    body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=headers)
+
+
+def _words(text: str) -> int:
+    return max(len(text.split()), 1)
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def _validate_chat(body: Any) -> web.Response | None:
+    if not isinstance(body, dict):
+        return _error(400, "body must be an object")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return _error(400, "you must provide a model parameter", param="model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return _error(400, "'messages' must be a non-empty array", param="messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in VALID_ROLES:
+            return _error(400, f"Invalid value for 'messages[{i}].role'", param=f"messages[{i}].role")
+    if "stream_options" in body and not body.get("stream"):
+        return _error(400, "stream_options is only allowed when stream is true", param="stream_options")
+    if "provider" in body:
+        return _error(400, "Unrecognized request argument supplied: provider", param="provider")
+    return None
+
+
+def _reply(body: dict[str, Any]) -> tuple[str, str, int, int]:
+    """(content, finish_reason, prompt_tokens, completion_tokens) for the echo behaviour."""
+    last_user = next((m for m in reversed(body["messages"]) if m["role"] == "user"), body["messages"][-1])
+    words = ["echo:", *_text_of(last_user).split()]
+    limit = body.get("max_tokens") or body.get("max_completion_tokens")
+    finish = "stop"
+    if isinstance(limit, int) and limit < len(words):
+        words, finish = words[:limit], "length"
+    prompt_tokens = sum(_words(_text_of(m)) for m in body["messages"])
+    return " ".join(words), finish, prompt_tokens, len(words)
+
+
+def _completion(body: dict[str, Any]) -> dict[str, Any]:
+    model = body["model"]
+    created = int(time.time())
+    usage_extra = {"prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0}}
+    if model.startswith("tool-") and body.get("tools"):
+        name = body["tools"][0]["function"]["name"]
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "tool_calls": [
+                {"id": "call_abc123", "type": "function", "function": {"name": name, "arguments": '{"city": "Paris"}'}}
+            ],
+        }
+        finish, pt, ct = "tool_calls", 20, 9
+    else:
+        content, finish, pt, ct = _reply(body)
+        message = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
+    n = body.get("n") or 1
+    return {
+        "id": "chatcmpl-fake123",
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": i, "message": message, "logprobs": None, "finish_reason": finish} for i in range(n)],
+        "usage": {"prompt_tokens": pt, "completion_tokens": ct * n, "total_tokens": pt + ct * n, **usage_extra},
+        "service_tier": "default",
+        "system_fingerprint": "fp_fake",
+    }
+
+
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, usage: bool = False) -> bytes:
+    data: dict[str, Any] = {
+        "id": "chatcmpl-fake123",
+        "object": "chat.completion.chunk",
+        "created": 1735689600,
+        "model": model,
+        "system_fingerprint": "fp_fake",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    if usage:
+        data["usage"] = None
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+class FakeOpenAI:
+    def __init__(self, api_key: str = "sk-fake-upstream") -> None:
+        self.state = FakeState(api_key)
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _check_auth(self, request: web.Request) -> web.Response | None:
+        if request.headers.get("Authorization") != f"Bearer {self.state.api_key}":
+            return _error(401, "Incorrect API key provided", "invalid_request_error", code="invalid_api_key")
+        if request.content_type != "application/json":
+            return _error(400, "Content-Type must be application/json")
+        return None
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        denied = self._check_auth(request)
+        if denied:
+            return denied
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return _error(400, "We could not parse the JSON body of your request.")
+        self.state.requests.append(Recorded(request.path, dict(request.headers), body))
+        bad = _validate_chat(body)
+        if bad:
+            return bad
+        model: str = body["model"]
+        if model.startswith("error-"):
+            status = int(model.split("-", 1)[1])
+            headers = {"retry-after": "7"} if status == 429 else None
+            return _error(status, f"fake upstream failure {status}", "server_error", headers=headers)
+        if model == "hang":
+            await asyncio.sleep(3600)
+        if not body.get("stream"):
+            return web.Response(body=orjson.dumps(_completion(body)), content_type="application/json")
+        return await self._stream(request, body)
+
+    async def _stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        model = body["model"]
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        self.state.stream_started.append(time.monotonic())
+        try:
+            await resp.write(_chunk(model, {"role": "assistant", "content": "", "refusal": None}, usage=include_usage))
+            if model == "slow-stream":
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    await resp.write(_chunk(model, {"content": "tick "}, usage=include_usage))
+                    await asyncio.sleep(0.05)
+            elif model == "die-midstream":
+                await resp.write(_chunk(model, {"content": "partial "}, usage=include_usage))
+                await resp.write(_chunk(model, {"content": "answer "}, usage=include_usage))
+                assert request.transport is not None
+                request.transport.close()
+                return resp
+            elif model.startswith("tool-") and body.get("tools"):
+                name = body["tools"][0]["function"]["name"]
+                call = {"index": 0, "id": "call_abc123", "type": "function", "function": {"name": name, "arguments": ""}}
+                await resp.write(_chunk(model, {"tool_calls": [call]}, usage=include_usage))
+                for piece in ('{"city"', ': "Par', 'is"}'):
+                    delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+                    await resp.write(_chunk(model, delta, usage=include_usage))
+                await resp.write(_chunk(model, {}, "tool_calls", usage=include_usage))
+                await self._finish(resp, model, include_usage, 20, 9)
+                return resp
+            content, finish, pt, ct = _reply(body)
+            for i, word in enumerate(content.split(" ")):
+                await resp.write(_chunk(model, {"content": word if i == 0 else " " + word}, usage=include_usage))
+            await resp.write(_chunk(model, {}, finish, usage=include_usage))
+            await self._finish(resp, model, include_usage, pt, ct)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.state.disconnects.append(time.monotonic())
+            raise
+        return resp
+
+    async def _finish(self, resp: web.StreamResponse, model: str, include_usage: bool, pt: int, ct: int) -> None:
+        if include_usage:
+            usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
+                     "prompt_tokens_details": {"cached_tokens": 0}}
+            data = {"id": "chatcmpl-fake123", "object": "chat.completion.chunk", "created": 1735689600,
+                    "model": model, "choices": [], "usage": usage}
+            await resp.write(b"data: " + orjson.dumps(data) + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+
+    async def embeddings(self, request: web.Request) -> web.Response:
+        denied = self._check_auth(request)
+        if denied:
+            return denied
+        body = orjson.loads(await request.read())
+        self.state.requests.append(Recorded(request.path, dict(request.headers), body))
+        inputs = body.get("input")
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if not isinstance(inputs, list) or not inputs:
+            return _error(400, "'input' must be a non-empty string or array", param="input")
+        fmt = body.get("encoding_format", "float")
+        if fmt not in ("float", "base64"):
+            return _error(400, "encoding_format must be float or base64", param="encoding_format")
+        data = []
+        for i, text in enumerate(inputs):
+            vector = [float(len(str(text))), float(i), 0.5]
+            emb: Any = base64.b64encode(struct.pack("<3f", *vector)).decode() if fmt == "base64" else vector
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        tokens = sum(_words(str(t)) for t in inputs)
+        out = {"object": "list", "data": data, "model": body["model"],
+               "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return web.Response(body=orjson.dumps(out), content_type="application/json")
+
+    def start(self) -> FakeOpenAI:
+        ready = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            app = web.Application()
+            app.router.add_post("/v1/chat/completions", self.chat)
+            app.router.add_post("/v1/embeddings", self.embeddings)
+            self._runner = web.AppRunner(app, handle_signals=False)
+            loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            loop.run_until_complete(site.start())
+            server = site._server
+            assert server is not None
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._runner.cleanup())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, daemon=True, name="fake-openai")
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(10)

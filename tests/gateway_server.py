@@ -1,0 +1,67 @@
+"""Runs the real gateway (uvicorn, real sockets) in a background thread for tests."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from inferplex.app import create_app
+from inferplex.config import Config, parse_config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class GatewayServer:
+    def __init__(self, config: Config | dict[str, Any], master_key: str = "ipx-test-master-key") -> None:
+        self.config = config if isinstance(config, Config) else parse_config(config, "<test>")
+        self.master_key = master_key
+        self.port = free_port()
+        app = create_app(self.config, master_key)
+        uv_config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, loop="asyncio", http="httptools",
+            log_level="warning", access_log=False, lifespan="on",
+        )
+        self.server = uvicorn.Server(uv_config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.master_key}"}
+
+    def start(self) -> GatewayServer:
+        self._thread = threading.Thread(target=self.server.run, daemon=True, name=f"gateway-{self.port}")
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(15)
+
+    def __enter__(self) -> GatewayServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
