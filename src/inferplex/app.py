@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inferplex.auth import MasterKeyAuth
+from inferplex.auth import Authenticator, MasterKeyAuth
 from inferplex.catalog import Catalog
 from inferplex.config import Config
 from inferplex.dialects import openai as openai_dialect
@@ -40,7 +40,7 @@ class Resources:
 @dataclass(slots=True)
 class Services:
     pipeline: Pipeline
-    auth: MasterKeyAuth
+    auth: Authenticator
     max_body_bytes: int
 
 

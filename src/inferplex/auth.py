@@ -1,17 +1,52 @@
-"""Caller authentication. Until key management lands, one master key guards every route but /health.
+"""Caller authentication: who is calling, and what they may do.
 
-Keys are compared as SHA-256 digests with `hmac.compare_digest`, so neither the comparison time nor an
-exception message can leak the key. Both `Authorization: Bearer` and Anthropic's `x-api-key` are accepted.
+The `Principal` is what every later stage asks ("may this caller use this model?", "which account pays?").
+Until key management lands, one master key guards every route but /health and yields an all-powerful
+principal. Keys are compared as SHA-256 digests with `hmac.compare_digest`, so neither the comparison time
+nor an error message can leak the key. Both `Authorization: Bearer` and Anthropic's `x-api-key` are accepted.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import hmac
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from starlette.datastructures import Headers
+from starlette.requests import Request
 
-from inferplex.errors import Unauthenticated
+from inferplex.errors import PermissionDenied, Unauthenticated
+
+ALL_SCOPES = frozenset({"chat", "embeddings", "images", "audio", "video", "models:read", "admin"})
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    key_id: str
+    account_id: str | None = None
+    name: str = ""
+    scopes: frozenset[str] = ALL_SCOPES
+    allowed_models: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # Free-form per-key settings later stages read (limits, default processors, ...).
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def may_use(self, model: str) -> bool:
+        return not self.allowed_models or any(fnmatch.fnmatchcase(model, p) for p in self.allowed_models)
+
+    def require_scope(self, scope: str) -> None:
+        if scope not in self.scopes and "admin" not in self.scopes:
+            raise PermissionDenied(f"This key does not have the '{scope}' scope.", code="scope_not_allowed")
+
+    def require_model(self, model: str) -> None:
+        if not self.may_use(model):
+            raise PermissionDenied(f"This key may not use the model `{model}`.", param="model", code="model_not_allowed")
+
+
+MASTER = Principal(key_id="master", name="master key")
 
 
 def credential(headers: Headers) -> str | None:
@@ -19,20 +54,32 @@ def credential(headers: Headers) -> str | None:
     if value is not None:
         scheme, _, token = value.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("The Authorization header must be of the form `Bearer <key>`.")
+            raise Unauthenticated("The Authorization header must be of the form `Bearer <key>`.", code="malformed_credentials")
         return token.strip()
     return headers.get("x-api-key") or None
 
 
+def digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, request: Request) -> Principal: ...
+
+
 class MasterKeyAuth:
     def __init__(self, key: str) -> None:
-        self._digest = hashlib.sha256(key.encode()).digest()
+        self._digest = digest(key)
 
-    def check(self, headers: Headers) -> None:
-        token = credential(headers)
+    def matches(self, token: str) -> bool:
+        return hmac.compare_digest(digest(token), self._digest)
+
+    async def authenticate(self, request: Request) -> Principal:
+        token = credential(request.headers)
         if token is None:
             raise Unauthenticated(
                 "You didn't provide an API key. Send it as `Authorization: Bearer <key>`.", code="missing_api_key"
             )
-        if not hmac.compare_digest(hashlib.sha256(token.encode()).digest(), self._digest):
+        if not self.matches(token):
             raise Unauthenticated("Incorrect API key provided.")
+        return MASTER

@@ -22,7 +22,7 @@ PartType = Literal["text", "image_url", "input_audio", "file", "refusal"]
 
 
 class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class ContentPart(_Open):

@@ -53,15 +53,23 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         ) from None
 
 
-def endpoint(render_error: ErrorRenderer, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+def endpoint(
+    render_error: ErrorRenderer, handler: Handler, scope: str | None, dialect: str = "openai"
+) -> Callable[[Request], Awaitable[Response]]:
+    """A route: authenticate the caller (requiring `scope`), run the handler, render any failure."""
+
     async def run(request: Request) -> Response:
-        ctx = Context()
+        ctx = Context(dialect=dialect)
         try:
+            if scope is not None:
+                ctx.client_ip = request.client.host if request.client else None
+                ctx.principal = await request.app.state.services.auth.authenticate(request)
+                ctx.principal.require_scope(scope)
             return await handler(request, ctx)
         except GatewayError as err:
             return render_error(err, ctx)
         except Exception:
-            log.exception("unexpected error", extra={"request_id": ctx.request_id})
+            log.exception("unexpected error in %s (request id %s)", request.url.path, ctx.request_id)
             err = InternalError(f"The gateway hit an unexpected error (request id {ctx.request_id}).")
             return render_error(err, ctx)
 

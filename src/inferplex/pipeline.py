@@ -1,23 +1,34 @@
 """The pipeline: the middle of every request, whatever dialect it arrived in.
 
-A dialect parses its wire format into the canonical request and hands it here; the pipeline resolves the
-model to a target, calls that target's adapter, records timings and usage on the request's `Context`, and
-hands back canonical OpenAI-shaped results for the dialect to render. Nothing here knows about HTTP
-requests or any provider's wire format.
+A dialect parses its wire format into the canonical request and hands it here. The pipeline then runs the
+same stages for everyone, each behind a small interface so it can be developed and replaced on its own:
+
+1. processors, pre-request (`ProcessorRun.pre`): may rewrite the request (redaction, routing policy);
+2. resolve the model in the catalog, and check the caller may use it;
+3. admission (`Guard.admit`): rate and concurrency limits, credit reservation;
+4. routing (`Router.run`): pick a target, call its adapter, retry and fall back;
+5. processors, post-response (`ProcessorRun.post` / `.stream`);
+6. settlement (`Admission.settle`): real cost from real usage, usage log; a failed call costs nothing.
+
+Nothing here knows about HTTP requests or any provider's wire format.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from inferplex.auth import MASTER, Principal
 from inferplex.canonical import ChatRequest, EmbeddingRequest
-from inferplex.catalog import Catalog
+from inferplex.catalog import Catalog, Resolved
+from inferplex.config import ModelConfig
 from inferplex.errors import UpstreamError
 from inferplex.providers.base import Adapter, CallInfo, Chunk, Target
 from inferplex.timings import Timings
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -27,19 +38,35 @@ class Context:
     request_id: str = field(default_factory=lambda: "req_" + secrets.token_hex(12))
     timings: Timings = field(default_factory=Timings.begin)
     info: CallInfo = field(default_factory=CallInfo)
+    principal: Principal = MASTER
+    client_ip: str | None = None
+    dialect: str = "openai"
+    model: ModelConfig | None = None
     target: Target | None = None
+    attempts: int = 0
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
+    output_chars: int = 0
+    cost_micros: int | None = None
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    # Request-level options that steer gateway stages, not the model (tags, log flags, routing prefs, ...).
+    options: dict[str, Any] = field(default_factory=dict)
 
     def headers(self) -> dict[str, str]:
         out = {"x-inferplex-request-id": self.request_id, "x-request-id": self.request_id}
         if self.target is not None:
             out["x-inferplex-provider"] = self.target.provider.name
             out["x-inferplex-model"] = self.target.upstream_model
+        if self.attempts > 1:
+            out["x-inferplex-attempts"] = str(self.attempts)
         if self.info.dropped_params:
             out["x-inferplex-dropped-params"] = ",".join(self.info.dropped_params)
-        if self.timings.queued_ms > 0:
-            out["x-inferplex-queued-ms"] = f"{self.timings.queued_ms:.2f}"
+        queued = self.timings.queued_ms + self.info.queued_ms
+        if queued > 0:
+            out["x-inferplex-queued-ms"] = f"{queued:.2f}"
+        if self.cost_micros is not None:
+            out["x-inferplex-cost-micros"] = str(self.cost_micros)
+        out.update(self.extra_headers)
         return out
 
     @property
@@ -50,96 +77,226 @@ class Context:
         return value if isinstance(value, int) else None
 
 
-def _has_output(chunk: Chunk) -> bool:
+# ---- stage interfaces -------------------------------------------------------------------------------------
+
+
+class Admission(Protocol):
+    async def settle(self, ctx: Context, usage: dict[str, Any] | None, *, failed: bool) -> None:
+        """Called exactly once: with the real usage, or `failed=True` when nothing was produced."""
+        ...
+
+
+class Guard(Protocol):
+    async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
+        """Enforce limits and reserve the worst-case cost; raise a GatewayError to refuse."""
+        ...
+
+
+class Router(Protocol):
+    async def run(self, ctx: Context, resolved: Resolved, call: Callable[[Target], Awaitable[T]]) -> T:
+        """Call `call` on one or more of the resolved targets until one succeeds; set ctx.target/attempts."""
+        ...
+
+
+class ProcessorRun(Protocol):
+    async def pre(self, ctx: Context, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]: ...
+
+    async def post(self, ctx: Context, response: Chunk) -> Chunk: ...
+
+    def stream(self, ctx: Context, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]: ...
+
+
+class _Settled:
+    async def settle(self, ctx: Context, usage: dict[str, Any] | None, *, failed: bool) -> None:
+        return None
+
+
+class OpenGuard:
+    """No limits, no billing: the single-user default."""
+
+    async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
+        return _Settled()
+
+
+class FirstTarget:
+    """One attempt on the first deployment: the default until a routing strategy is configured."""
+
+    async def run(self, ctx: Context, resolved: Resolved, call: Callable[[Target], Awaitable[T]]) -> T:
+        target = ctx.target = resolved.targets[0]
+        ctx.attempts = 1
+        return await call(target)
+
+
+# ---- streams ----------------------------------------------------------------------------------------------
+
+
+def _output_chars(chunk: Chunk) -> int:
+    n = 0
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") or {}
-        if delta.get("content") or delta.get("tool_calls") or delta.get("refusal") or delta.get("reasoning_content"):
-            return True
-    return False
+        n += len(delta.get("content") or "") + len(delta.get("reasoning_content") or "")
+        for call in delta.get("tool_calls") or ():
+            n += len((call.get("function") or {}).get("arguments") or "")
+    return n
 
 
 class ChatStream:
     """A started upstream stream: the first chunk already in hand, the rest pulled on demand.
 
-    Closing it (or the caller leaving) closes the adapter's generator, which cancels the upstream request.
+    Closing it (or the caller leaving) closes the adapter's generator, which cancels the upstream request,
+    and then settles the admission with whatever usage was seen, so a cut stream is billed for what was
+    produced and no more. Stream processors wrap the observed chunks with `wrap`.
     """
 
-    def __init__(self, first: Chunk, rest: AsyncIterator[Chunk], ctx: Context) -> None:
-        self._first: Chunk | None = first
+    def __init__(self, first: Chunk, rest: AsyncIterator[Chunk], ctx: Context, admission: Admission) -> None:
+        self._first = first
         self._rest = rest
+        self._admission: Admission | None = admission
         self.ctx = ctx
+        self._out: AsyncIterator[Chunk] = self._pull()
+
+    def wrap(self, transform: Callable[[Context, AsyncIterator[Chunk]], AsyncIterator[Chunk]]) -> None:
+        self._out = transform(self.ctx, self._out)
 
     def __aiter__(self) -> ChatStream:
         return self
 
     async def __anext__(self) -> Chunk:
-        if self._first is not None:
-            chunk, self._first = self._first, None
-        else:
-            try:
-                chunk = await self._rest.__anext__()
-            except StopAsyncIteration:
-                self.ctx.timings.mark_upstream_end()
-                raise
-        self._observe(chunk)
-        return chunk
+        return await self._out.__anext__()
 
-    def _observe(self, chunk: Chunk) -> None:
+    async def _pull(self) -> AsyncIterator[Chunk]:
+        yield self._observe(self._first)
+        async for chunk in self._rest:
+            yield self._observe(chunk)
+        self.ctx.timings.mark_upstream_end()
+
+    def _observe(self, chunk: Chunk) -> Chunk:
         usage = chunk.get("usage")
         if usage:
             self.ctx.usage = usage
-        if not self.ctx.timings.first_token and _has_output(chunk):
-            self.ctx.timings.mark_first_token()
+        produced = _output_chars(chunk)
+        if produced:
+            self.ctx.output_chars += produced
+            if not self.ctx.timings.first_token:
+                self.ctx.timings.mark_first_token()
         for choice in chunk.get("choices") or ():
             if choice.get("finish_reason"):
                 self.ctx.finish_reason = choice["finish_reason"]
+        return chunk
 
     async def aclose(self) -> None:
-        aclose = getattr(self._rest, "aclose", None)
+        try:
+            for it in (self._out, self._rest):
+                aclose = getattr(it, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+        finally:
+            admission, self._admission = self._admission, None
+            if admission is not None:
+                if not self.ctx.timings.upstream_end:
+                    self.ctx.timings.mark_upstream_end()
+                await admission.settle(self.ctx, self.ctx.usage, failed=False)
+
+
+async def _first_chunk(chunks: AsyncIterator[Chunk], target: Target) -> Chunk:
+    """Pull the first chunk so upstream failures surface before the caller sees a byte."""
+    try:
+        return await chunks.__anext__()
+    except StopAsyncIteration:
+        raise UpstreamError(f"provider {target.provider.name} sent an empty stream") from None
+    except BaseException:
+        aclose = getattr(chunks, "aclose", None)
         if aclose is not None:
             await aclose()
+        raise
+
+
+# ---- the pipeline -----------------------------------------------------------------------------------------
 
 
 class Pipeline:
-    def __init__(self, catalog: Catalog, adapters: dict[str, Adapter]) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        adapters: dict[str, Adapter],
+        *,
+        guard: Guard | None = None,
+        router: Router | None = None,
+        processors: Callable[[Context, ChatRequest], ProcessorRun | None] | None = None,
+    ) -> None:
         self.catalog = catalog
         self.adapters = adapters
+        self.guard: Guard = guard or OpenGuard()
+        self.router: Router = router or FirstTarget()
+        self._processors = processors
 
-    def _target(self, model: str, provider: str | None, kind: str) -> Target:
+    def _resolve(self, ctx: Context, model: str, provider: str | None, kind: str) -> Resolved:
         resolved = self.catalog.resolve(model, provider, kind=kind)
-        return resolved.targets[0]
+        ctx.principal.require_model(resolved.model.name)
+        ctx.model = resolved.model
+        return resolved
+
+    async def _prepare(
+        self, ctx: Context, request: ChatRequest, raw: dict[str, Any]
+    ) -> tuple[ChatRequest, dict[str, Any], ProcessorRun | None, Resolved, Admission]:
+        run = self._processors(ctx, request) if self._processors else None
+        if run is not None:
+            request, raw = await run.pre(ctx, request, raw)
+        resolved = self._resolve(ctx, request.model, request.provider, "chat")
+        admission = await self.guard.admit(ctx, "chat", resolved.model, request)
+        return request, raw, run, resolved, admission
 
     async def chat(self, request: ChatRequest, raw: dict[str, Any], ctx: Context) -> Chunk:
-        target = ctx.target = self._target(request.model, request.provider, "chat")
-        adapter = self.adapters[target.provider.name]
-        ctx.timings.mark_upstream_start()
-        response = await adapter.chat(request, raw, target, ctx.info)
+        request, raw, run, resolved, admission = await self._prepare(ctx, request, raw)
+
+        async def call(target: Target) -> Chunk:
+            ctx.timings.mark_upstream_start()
+            return await self.adapters[target.provider.name].chat(request, raw, target, ctx.info)
+
+        try:
+            response = await self.router.run(ctx, resolved, call)
+        except BaseException:
+            await admission.settle(ctx, None, failed=True)
+            raise
         ctx.timings.mark_upstream_end()
         ctx.usage = response.get("usage")
+        await admission.settle(ctx, ctx.usage, failed=False)
+        if run is not None:
+            response = await run.post(ctx, response)
         return response
 
     async def chat_stream(self, request: ChatRequest, raw: dict[str, Any], ctx: Context) -> ChatStream:
-        target = ctx.target = self._target(request.model, request.provider, "chat")
-        adapter = self.adapters[target.provider.name]
-        ctx.timings.mark_upstream_start()
-        chunks = adapter.chat_stream(request, raw, target, ctx.info)
+        request, raw, run, resolved, admission = await self._prepare(ctx, request, raw)
+
+        async def call(target: Target) -> tuple[Chunk, AsyncIterator[Chunk]]:
+            ctx.timings.mark_upstream_start()
+            chunks = self.adapters[target.provider.name].chat_stream(request, raw, target, ctx.info)
+            return await _first_chunk(chunks, target), chunks
+
         try:
-            first = await chunks.__anext__()
-        except StopAsyncIteration:
-            raise UpstreamError(f"provider {target.provider.name} sent an empty stream") from None
+            first, rest = await self.router.run(ctx, resolved, call)
         except BaseException:
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await admission.settle(ctx, None, failed=True)
             raise
-        stream = ChatStream(first, chunks, ctx)
+        stream = ChatStream(first, rest, ctx, admission)
+        if run is not None:
+            stream.wrap(run.stream)
         return stream
 
     async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        target = ctx.target = self._target(request.model, request.provider, "embedding")
-        adapter = self.adapters[target.provider.name]
-        ctx.timings.mark_upstream_start()
-        response = await adapter.embed(request, raw, target)
+        resolved = self._resolve(ctx, request.model, request.provider, "embedding")
+        admission = await self.guard.admit(ctx, "embedding", resolved.model, request)
+
+        async def call(target: Target) -> dict[str, Any]:
+            ctx.timings.mark_upstream_start()
+            return await self.adapters[target.provider.name].embed(request, raw, target)
+
+        try:
+            response = await self.router.run(ctx, resolved, call)
+        except BaseException:
+            await admission.settle(ctx, None, failed=True)
+            raise
         ctx.timings.mark_upstream_end()
         ctx.usage = response.get("usage")
+        await admission.settle(ctx, ctx.usage, failed=False)
         return response

@@ -87,7 +87,6 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
 
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    services.auth.check(request.headers)
     raw = await read_json(request, services.max_body_bytes)
     chat: ChatRequest = parse(ChatRequest, raw)
     if chat.stream:
@@ -100,7 +99,6 @@ async def chat_completions(request: Request, ctx: Context) -> Response:
 
 async def embeddings(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    services.auth.check(request.headers)
     raw = await read_json(request, services.max_body_bytes)
     req: EmbeddingRequest = parse(EmbeddingRequest, raw)
     response = await services.pipeline.embed(req, raw, ctx)
@@ -136,17 +134,15 @@ def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:
 
 async def list_models(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    services.auth.check(request.headers)
-    data = [model_card(services, m) for m in services.pipeline.catalog.models]
+    data = [model_card(services, m) for m in services.pipeline.catalog.models if ctx.principal.may_use(m.name)]
     return json_response({"object": "list", "data": data}, ctx.headers())
 
 
 async def get_model(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    services.auth.check(request.headers)
     model_id = request.path_params["model_id"]
     for m in services.pipeline.catalog.models:
-        if m.name == model_id:
+        if m.name == model_id and ctx.principal.may_use(m.name):
             return json_response(model_card(services, m), ctx.headers())
     raise NotFound(f"The model `{model_id}` does not exist or you do not have access to it.", param="model")
 
@@ -175,8 +171,7 @@ def endpoint_rows(services: Services) -> list[dict[str, Any]]:
 
 async def list_endpoints(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    services.auth.check(request.headers)
-    rows = endpoint_rows(services)
+    rows = [r for r in endpoint_rows(services) if ctx.principal.may_use(r["model"])]
     model = request.query_params.get("model")
     provider = request.query_params.get("provider")
     rows = [r for r in rows if (model is None or r["model"] == model) and (provider is None or r["provider"] == provider)]
@@ -184,9 +179,9 @@ async def list_endpoints(request: Request, ctx: Context) -> Response:
 
 
 routes = [
-    Route("/v1/chat/completions", endpoint(render_error, chat_completions), methods=["POST"]),
-    Route("/v1/embeddings", endpoint(render_error, embeddings), methods=["POST"]),
-    Route("/v1/models", endpoint(render_error, list_models), methods=["GET"]),
-    Route("/v1/models/{model_id:path}", endpoint(render_error, get_model), methods=["GET"]),
-    Route("/v1/endpoints", endpoint(render_error, list_endpoints), methods=["GET"]),
+    Route("/v1/chat/completions", endpoint(render_error, chat_completions, "chat"), methods=["POST"]),
+    Route("/v1/embeddings", endpoint(render_error, embeddings, "embeddings"), methods=["POST"]),
+    Route("/v1/models", endpoint(render_error, list_models, "models:read"), methods=["GET"]),
+    Route("/v1/models/{model_id:path}", endpoint(render_error, get_model, "models:read"), methods=["GET"]),
+    Route("/v1/endpoints", endpoint(render_error, list_endpoints, "models:read"), methods=["GET"]),
 ]

@@ -1,0 +1,292 @@
+"""What a provider and a model can do, and the one place that decides what happens when they cannot.
+
+Each native adapter declares a `ProviderCapabilities` (one `Support` level per feature); each model declares
+its own flags in the config (`capabilities: tools, vision, json_schema, streaming`). `plan()` reads both,
+never a model name, and returns a `Plan`: the parameters to drop, and which emulations to run (n > 1 by
+parallel calls, json_schema by a forced tool, streaming from a buffered call). A feature the target cannot
+serve is never lost silently: with `drop_params: true` (the default) it is dropped and named in the
+`x-inferplex-dropped-params` header; with `drop_params: false` the request is a 400 naming the parameter.
+
+`python -m inferplex.capabilities --markdown` prints the provider x feature matrix in docs/providers.md,
+generated from the same declarations the adapters use, so the document cannot drift from the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from inferplex.canonical import ChatRequest, ContentPart, Message, ResponseFormat
+from inferplex.config import Capabilities as ModelCapabilities
+from inferplex.errors import InvalidRequest
+
+
+class Support(enum.Enum):
+    NATIVE = "native"  # the provider does it itself
+    EMULATED = "emulated"  # the gateway does it faithfully with what the provider has
+    DROPPED = "dropped"  # not possible: dropped and named (or a 400 with drop_params: false)
+    REFUSED = "refused"  # not possible and not droppable without changing the conversation: always a 400
+
+
+N, E, D, R = Support.NATIVE, Support.EMULATED, Support.DROPPED, Support.REFUSED
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCapabilities:
+    """One adapter's declaration. Field order is the column order of the generated matrix."""
+
+    streaming: Support = N
+    tools: Support = N
+    tool_choice_required: Support = N
+    parallel_tool_calls: Support = N
+    vision: Support = N
+    audio_input: Support = R
+    json_schema: Support = N
+    json_object: Support = N
+    n: Support = N
+    logprobs: Support = N
+    seed: Support = N
+    frequency_penalty: Support = N
+    presence_penalty: Support = N
+    logit_bias: Support = N
+    stop: Support = N
+    prompt_caching: Support = N
+    reasoning: Support = N
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+
+# Scalar request fields whose only remedy is to be dropped; feature name -> the fields it covers.
+_SCALARS: dict[str, tuple[str, ...]] = {
+    "logprobs": ("logprobs", "top_logprobs"),
+    "seed": ("seed",),
+    "frequency_penalty": ("frequency_penalty",),
+    "presence_penalty": ("presence_penalty",),
+    "logit_bias": ("logit_bias",),
+    "stop": ("stop",),
+}
+
+# What a json_object request becomes when it has to be emulated with a forced tool.
+ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to send and how to run it. `request` is the caller's request with dropped fields removed."""
+
+    request: ChatRequest
+    dropped: tuple[str, ...] = ()
+    fan_out: int = 1
+    json_tool: JsonTool | None = None
+    buffered_stream: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JsonTool:
+    """A json_schema emulated by a tool the model is forced to call; its arguments are the answer."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str | None = None
+
+
+def drop_params(request: ChatRequest) -> bool:
+    value = (request.model_extra or {}).get("drop_params", True)
+    if not isinstance(value, bool):
+        raise InvalidRequest("Invalid value for 'drop_params': must be a boolean.", param="drop_params")
+    return value
+
+
+class _Decider:
+    def __init__(self, request: ChatRequest, provider_name: str, model_name: str) -> None:
+        self.allow_drop = drop_params(request)
+        self.where = f"provider {provider_name} (model {model_name})"
+        self.dropped: list[str] = []
+        self.updates: dict[str, Any] = {}
+
+    def cannot(self, param: str, support: Support, what: str, clear: tuple[str, ...] = ()) -> None:
+        """Drop `param` (and clear `clear` fields), or refuse with a 400 naming it."""
+        if support is Support.REFUSED or not self.allow_drop:
+            hint = "" if support is Support.REFUSED else " (send drop_params: true to drop it instead)"
+            raise InvalidRequest(f"'{param}' is not supported: {self.where} cannot {what}{hint}.", param=param)
+        self.dropped.append(param)
+        for name in clear or (param,):
+            self.updates[name] = None
+
+
+def _has_part(messages: list[Message], part_type: str) -> bool:
+    return any(
+        isinstance(m.content, list) and any(p.type == part_type for p in m.content) for m in messages
+    )
+
+
+def _without_parts(messages: list[Message], part_type: str) -> list[Message]:
+    out = []
+    for m in messages:
+        if isinstance(m.content, list) and any(p.type == part_type for p in m.content):
+            kept: list[ContentPart] = [p for p in m.content if p.type != part_type]
+            if not kept:
+                kept = [ContentPart(type="text", text="")]
+            m = m.model_copy(update={"content": kept})
+        out.append(m)
+    return out
+
+
+def plan(
+    request: ChatRequest,
+    provider: ProviderCapabilities,
+    model: ModelCapabilities,
+    *,
+    provider_name: str,
+    model_name: str,
+    stream: bool = False,
+) -> Plan:
+    """Decide, from the declarations alone, how this request is served on this target."""
+    d = _Decider(request, provider_name, model_name)
+    set_fields = request.model_fields_set
+    for feature, names in _SCALARS.items():
+        support = getattr(provider, feature)
+        if support is not Support.NATIVE:
+            for name in names:
+                if name in set_fields and getattr(request, name) not in (None, False):
+                    d.cannot(name, support, f"honour {name}")
+    fan_out = 1
+    if request.n is not None and request.n > 1:
+        if provider.n is Support.EMULATED:
+            fan_out = request.n
+            d.updates["n"] = None
+        elif provider.n is not Support.NATIVE:
+            d.cannot("n", provider.n, "return more than one choice")
+    if request.tools:
+        support = provider.tools if model.tools else Support.DROPPED
+        if support is not Support.NATIVE:
+            d.cannot("tools", support, "call tools", ("tools", "tool_choice", "parallel_tool_calls"))
+    if request.tools and request.tool_choice == "required" and provider.tool_choice_required is not Support.NATIVE:
+        d.cannot("tool_choice", provider.tool_choice_required, "force a tool call")
+    if request.parallel_tool_calls is False and request.tools and provider.parallel_tool_calls is not Support.NATIVE:
+        d.cannot("parallel_tool_calls", provider.parallel_tool_calls, "limit tool calls to one")
+    messages = request.messages
+    if _has_part(messages, "image_url"):
+        support = provider.vision if model.vision else Support.DROPPED
+        if support is not Support.NATIVE:
+            d.cannot("image_url", support, "read images", ("messages",))
+            d.updates["messages"] = messages = _without_parts(messages, "image_url")
+    if _has_part(messages, "input_audio"):
+        if provider.audio_input is not Support.NATIVE:
+            d.cannot("input_audio", provider.audio_input, "hear audio", ("messages",))
+            d.updates["messages"] = messages = _without_parts(messages, "input_audio")
+    json_tool = _json_plan(request.response_format, provider, model, d)
+    buffered_stream = False
+    if stream and not (model.streaming and provider.streaming is Support.NATIVE):
+        buffered_stream = True
+    req = request.model_copy(update=d.updates) if d.updates else request
+    return Plan(req, tuple(d.dropped), fan_out, json_tool, buffered_stream)
+
+
+def _json_plan(
+    fmt: ResponseFormat | None, provider: ProviderCapabilities, model: ModelCapabilities, d: _Decider
+) -> JsonTool | None:
+    if fmt is None or fmt.type == "text":
+        return None
+    if not model.json_schema:
+        d.cannot("response_format", Support.DROPPED, "guarantee JSON output")
+        return None
+    if fmt.type == "json_object":
+        support = provider.json_object
+        if support is Support.EMULATED:
+            d.updates["response_format"] = None
+            return JsonTool("json_answer", dict(ANY_OBJECT_SCHEMA), "Answer with one JSON object.")
+    else:
+        support = provider.json_schema
+        if support is Support.EMULATED and fmt.json_schema is not None:
+            d.updates["response_format"] = None
+            spec = fmt.json_schema
+            return JsonTool(spec.name, spec.schema_ or dict(ANY_OBJECT_SCHEMA), spec.description)
+    if support is not Support.NATIVE:
+        d.cannot("response_format", support, f"produce {fmt.type} output")
+    return None
+
+
+# --- the generated matrix -------------------------------------------------------------------------------
+
+_LABELS = {
+    "streaming": "streaming",
+    "tools": "tools",
+    "tool_choice_required": "tool_choice required",
+    "parallel_tool_calls": "parallel_tool_calls=false",
+    "vision": "image input",
+    "audio_input": "audio input",
+    "json_schema": "json_schema",
+    "json_object": "json_object",
+    "n": "n > 1",
+    "logprobs": "logprobs",
+    "seed": "seed",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "logit_bias": "logit_bias",
+    "stop": "stop",
+    "prompt_caching": "prompt caching",
+    "reasoning": "reasoning output",
+}
+
+
+def declared() -> dict[str, ProviderCapabilities]:
+    """Every built-in adapter kind's declaration, in a stable order."""
+    from inferplex.providers import anthropic, azure, bedrock, gemini, openai_caps
+
+    return {
+        "openai": openai_caps.CAPABILITIES,
+        "azure": azure.CAPABILITIES,
+        "anthropic": anthropic.CAPABILITIES,
+        "gemini": gemini.CAPABILITIES,
+        "bedrock": bedrock.CAPABILITIES,
+    }
+
+
+def markdown(decls: dict[str, ProviderCapabilities] | None = None) -> str:
+    decls = declared() if decls is None else decls
+    kinds = list(decls)
+    features = [f.name for f in fields(ProviderCapabilities) if f.name != "notes"]
+    lines = [
+        "# Providers: what each one does with each feature",
+        "",
+        "<!-- Generated by `python -m inferplex.capabilities --markdown > docs/providers.md`; do not edit. -->",
+        "",
+        "- **native**: the provider does it.",
+        "- **emulated**: the gateway does it faithfully (n > 1 by parallel calls, json_schema by a forced tool,",
+        "  streaming from one buffered call).",
+        "- **dropped**: removed from the request and named in `x-inferplex-dropped-params`; with",
+        "  `drop_params: false` the request is a 400 naming the parameter instead.",
+        "- **refused**: always a 400 naming the parameter (dropping it would change the conversation).",
+        "",
+        "A model can narrow its provider's column with `capabilities:` in the config (tools, vision,",
+        "json_schema, streaming); `vision` is off unless a model declares it.",
+        "",
+        "| feature | " + " | ".join(f"`{k}`" for k in kinds) + " |",
+        "|---|" + "---|" * len(kinds),
+    ]
+    for feat in features:
+        cells = [getattr(decls[k], feat).value for k in kinds]
+        lines.append(f"| {_LABELS[feat]} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("## Notes")
+    lines.append("")
+    for k in kinds:
+        for note in decls[k].notes:
+            lines.append(f"- `{k}`: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m inferplex.capabilities", description=__doc__)
+    parser.add_argument("--markdown", action="store_true", help="print the provider x feature matrix")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(), end="")
+    else:
+        parser.print_help()
+
+
+if __name__ == "__main__":
+    main()
