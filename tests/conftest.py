@@ -22,21 +22,45 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 
 def openai_config(fake: FakeOpenAI, **server: Any) -> dict[str, Any]:
     """A config with one OpenAI-compatible provider (`fake`) and models whose names pick the fake's behaviour."""
-    names = ["echo-model", "tool-model", "die-midstream", "slow-stream", "hang", "error-500", "error-429",
-             "error-400", "error-401", "error-503"]
+    names = [
+        "echo-model",
+        "tool-model",
+        "die-midstream",
+        "slow-stream",
+        "hang",
+        "error-500",
+        "error-429",
+        "error-400",
+        "error-401",
+        "error-503",
+    ]
     models: list[dict[str, Any]] = [
-        {"name": n, "deployments": [{"provider": "fake", "model": n if n != "echo-model" else "gpt-echo"}],
-         "context_window": 8192, "pricing": {"input": "0.15", "output": "0.60"}}
+        {
+            "name": n,
+            "deployments": [{"provider": "fake", "model": n if n != "echo-model" else "gpt-echo"}],
+            "context_window": 8192,
+            "pricing": {"input": "0.15", "output": "0.60"},
+        }
         for n in names
     ]
-    models.append({"name": "embed-model", "type": "embedding",
-                   "deployments": [{"provider": "fake", "model": "text-embedding-fake"}],
-                   "pricing": {"input": "0.02"}})
+    models.append(
+        {
+            "name": "embed-model",
+            "type": "embedding",
+            "deployments": [{"provider": "fake", "model": "text-embedding-fake"}],
+            "pricing": {"input": "0.02"},
+        }
+    )
     return {
         "server": {"max_body_bytes": 64 * 1024, **server},
         "providers": [
-            {"name": "fake", "kind": "openai", "base_url": fake.base_url, "api_key": "env:FAKE_UPSTREAM_KEY",
-             "timeouts": {"connect": 2, "read": 2}},
+            {
+                "name": "fake",
+                "kind": "openai",
+                "base_url": fake.base_url,
+                "api_key": "env:FAKE_UPSTREAM_KEY",
+                "timeouts": {"connect": 2, "read": 2},
+            },
         ],
         "models": models,
     }

@@ -27,8 +27,14 @@ class GatewayServer:
         self.port = free_port()
         app = create_app(self.config, master_key)
         uv_config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, loop="asyncio", http="httptools",
-            log_level="warning", access_log=False, lifespan="on",
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            loop="asyncio",
+            http="httptools",
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
         )
         self.server = uvicorn.Server(uv_config)
         self._thread: threading.Thread | None = None

@@ -14,7 +14,9 @@ from tests.gateway_server import GatewayServer
 MSG = [{"role": "user", "content": "hi"}]
 
 
-def assert_error(resp: httpx.Response, status: int, type_: str, code: str | None = None, param: str | None = None) -> dict[str, object]:
+def assert_error(
+    resp: httpx.Response, status: int, type_: str, code: str | None = None, param: str | None = None
+) -> dict[str, object]:
     assert resp.status_code == status, resp.text
     assert resp.headers["content-type"].startswith("application/json")
     body = resp.json()
@@ -37,8 +39,11 @@ def post(gw: GatewayServer, body: object, **kw: object) -> httpx.Response:
 
 
 def test_malformed_json(gateway: GatewayServer) -> None:
-    r = httpx.post(gateway.base_url + "/chat/completions", content=b'{"model": "echo-model", "messages": [',
-                   headers={**gateway.auth, "content-type": "application/json"})
+    r = httpx.post(
+        gateway.base_url + "/chat/completions",
+        content=b'{"model": "echo-model", "messages": [',
+        headers={**gateway.auth, "content-type": "application/json"},
+    )
     assert_error(r, 400, "invalid_request_error", "invalid_json")
 
 
@@ -46,29 +51,32 @@ def test_body_not_an_object(gateway: GatewayServer) -> None:
     assert_error(post(gateway, [1, 2]), 400, "invalid_request_error")
 
 
-@pytest.mark.parametrize("body,param", [
-    ({"messages": MSG}, "model"),
-    ({"model": "echo-model"}, "messages"),
-    ({"model": "echo-model", "messages": []}, "messages"),
-    ({"model": 5, "messages": MSG}, "model"),
-    ({"model": "echo-model", "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
-    ({"model": "echo-model", "messages": [{"role": "user"}]}, "messages[0]"),
-    ({"model": "echo-model", "messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),
-    ({"model": "echo-model", "messages": MSG, "temperature": 3}, "temperature"),
-    ({"model": "echo-model", "messages": MSG, "temperature": "hot"}, "temperature"),
-    ({"model": "echo-model", "messages": MSG, "top_p": 1.5}, "top_p"),
-    ({"model": "echo-model", "messages": MSG, "max_tokens": 0}, "max_tokens"),
-    ({"model": "echo-model", "messages": MSG, "n": 0}, "n"),
-    ({"model": "echo-model", "messages": MSG, "frequency_penalty": -3}, "frequency_penalty"),
-    ({"model": "echo-model", "messages": MSG, "top_logprobs": 3}, "top_logprobs"),
-    ({"model": "echo-model", "messages": MSG, "logit_bias": {"1": 500}}, "logit_bias"),
-    ({"model": "echo-model", "messages": MSG, "stream_options": {"include_usage": True}}, "stream_options"),
-    ({"model": "echo-model", "messages": MSG, "tool_choice": "sometimes"}, "tool_choice"),
-    ({"model": "echo-model", "messages": MSG, "response_format": {"type": "yaml"}}, "response_format.type"),
-    ({"model": "echo-model", "messages": MSG, "response_format": {"type": "json_schema"}}, "response_format"),
-    ({"model": "echo-model", "messages": MSG, "stop": 5}, "stop"),
-    ({"model": "echo-model", "messages": MSG, "stream": "yes"}, "stream"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"messages": MSG}, "model"),
+        ({"model": "echo-model"}, "messages"),
+        ({"model": "echo-model", "messages": []}, "messages"),
+        ({"model": 5, "messages": MSG}, "model"),
+        ({"model": "echo-model", "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"model": "echo-model", "messages": [{"role": "user"}]}, "messages[0]"),
+        ({"model": "echo-model", "messages": [{"role": "tool", "content": "x"}]}, "messages[0]"),
+        ({"model": "echo-model", "messages": MSG, "temperature": 3}, "temperature"),
+        ({"model": "echo-model", "messages": MSG, "temperature": "hot"}, "temperature"),
+        ({"model": "echo-model", "messages": MSG, "top_p": 1.5}, "top_p"),
+        ({"model": "echo-model", "messages": MSG, "max_tokens": 0}, "max_tokens"),
+        ({"model": "echo-model", "messages": MSG, "n": 0}, "n"),
+        ({"model": "echo-model", "messages": MSG, "frequency_penalty": -3}, "frequency_penalty"),
+        ({"model": "echo-model", "messages": MSG, "top_logprobs": 3}, "top_logprobs"),
+        ({"model": "echo-model", "messages": MSG, "logit_bias": {"1": 500}}, "logit_bias"),
+        ({"model": "echo-model", "messages": MSG, "stream_options": {"include_usage": True}}, "stream_options"),
+        ({"model": "echo-model", "messages": MSG, "tool_choice": "sometimes"}, "tool_choice"),
+        ({"model": "echo-model", "messages": MSG, "response_format": {"type": "yaml"}}, "response_format.type"),
+        ({"model": "echo-model", "messages": MSG, "response_format": {"type": "json_schema"}}, "response_format"),
+        ({"model": "echo-model", "messages": MSG, "stop": 5}, "stop"),
+        ({"model": "echo-model", "messages": MSG, "stream": "yes"}, "stream"),
+    ],
+)
 def test_invalid_fields_name_the_param(gateway: GatewayServer, body: dict[str, object], param: str) -> None:
     err = assert_error(post(gateway, body), 400, "invalid_request_error")
     assert err["param"] == param, err
@@ -112,14 +120,21 @@ def test_chunked_body_too_large_without_content_length(gateway: GatewayServer) -
         for _ in range(100):
             yield b"x" * 1000
         yield b'"}]}'
-    r = httpx.post(gateway.base_url + "/chat/completions", content=gen(),
-                   headers={**gateway.auth, "content-type": "application/json"})
+
+    r = httpx.post(
+        gateway.base_url + "/chat/completions",
+        content=gen(),
+        headers={**gateway.auth, "content-type": "application/json"},
+    )
     assert_error(r, 413, "invalid_request_error", "request_too_large")
 
 
 def test_wrong_content_type(gateway: GatewayServer) -> None:
-    r = httpx.post(gateway.base_url + "/chat/completions", content=b"model=x",
-                   headers={**gateway.auth, "content-type": "application/x-www-form-urlencoded"})
+    r = httpx.post(
+        gateway.base_url + "/chat/completions",
+        content=b"model=x",
+        headers={**gateway.auth, "content-type": "application/x-www-form-urlencoded"},
+    )
     assert_error(r, 415, "invalid_request_error", "unsupported_media_type")
 
 
@@ -128,14 +143,19 @@ def test_unknown_route_and_method(gateway: GatewayServer) -> None:
     assert_error(httpx.get(gateway.base_url + "/chat/completions", headers=gateway.auth), 405, "invalid_request_error")
 
 
-@pytest.mark.parametrize("model,status,type_", [
-    ("error-500", 502, "api_error"),
-    ("error-503", 502, "api_error"),
-    ("error-400", 400, "invalid_request_error"),
-    ("error-401", 502, "api_error"),
-])
+@pytest.mark.parametrize(
+    "model,status,type_",
+    [
+        ("error-500", 502, "api_error"),
+        ("error-503", 502, "api_error"),
+        ("error-400", 400, "invalid_request_error"),
+        ("error-401", 502, "api_error"),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True])
-def test_upstream_errors_keep_the_provider_message(gateway: GatewayServer, model: str, status: int, type_: str, stream: bool) -> None:
+def test_upstream_errors_keep_the_provider_message(
+    gateway: GatewayServer, model: str, status: int, type_: str, stream: bool
+) -> None:
     err = assert_error(post(gateway, {"model": model, "messages": MSG, "stream": stream}), status, type_)
     assert str(err["message"]).startswith("fake upstream failure")
 
@@ -155,16 +175,25 @@ def test_upstream_timeout_is_504(gateway: GatewayServer) -> None:
 
 def test_upstream_unreachable_is_502() -> None:
     from tests.gateway_server import free_port
-    config = {"providers": [{"name": "gone", "base_url": f"http://127.0.0.1:{free_port()}/v1", "api_key": "env:FAKE_UPSTREAM_KEY"}],
-              "models": [{"name": "m", "deployments": [{"provider": "gone", "model": "m"}]}]}
+
+    config = {
+        "providers": [
+            {"name": "gone", "base_url": f"http://127.0.0.1:{free_port()}/v1", "api_key": "env:FAKE_UPSTREAM_KEY"}
+        ],
+        "models": [{"name": "m", "deployments": [{"provider": "gone", "model": "m"}]}],
+    }
     with GatewayServer(config) as gw:
         err = assert_error(post(gw, {"model": "m", "messages": MSG}), 502, "api_error", "upstream_error")
         assert "could not connect" in str(err["message"])
 
 
 def test_upstream_dying_midstream_gives_error_chunk_then_done(gateway: GatewayServer) -> None:
-    with httpx.stream("POST", gateway.base_url + "/chat/completions", headers=gateway.auth,
-                      json={"model": "die-midstream", "messages": MSG, "stream": True}) as resp:
+    with httpx.stream(
+        "POST",
+        gateway.base_url + "/chat/completions",
+        headers=gateway.auth,
+        json={"model": "die-midstream", "messages": MSG, "stream": True},
+    ) as resp:
         assert resp.status_code == 200
         frames = [line[6:] for line in resp.iter_lines() if line.startswith("data: ")]
     assert frames[-1] == "[DONE]"
@@ -177,8 +206,12 @@ def test_upstream_dying_midstream_gives_error_chunk_then_done(gateway: GatewaySe
 
 def test_client_disconnect_cancels_upstream_within_a_second(gateway: GatewayServer, fake_openai: FakeOpenAI) -> None:
     before = len(fake_openai.state.disconnects)
-    with httpx.stream("POST", gateway.base_url + "/chat/completions", headers=gateway.auth,
-                      json={"model": "slow-stream", "messages": MSG, "stream": True}) as resp:
+    with httpx.stream(
+        "POST",
+        gateway.base_url + "/chat/completions",
+        headers=gateway.auth,
+        json={"model": "slow-stream", "messages": MSG, "stream": True},
+    ) as resp:
         seen = 0
         for line in resp.iter_lines():
             if line.startswith("data: "):
@@ -193,7 +226,9 @@ def test_client_disconnect_cancels_upstream_within_a_second(gateway: GatewayServ
     assert fake_openai.state.disconnects[-1] - left_at < 1.0
 
 
-def test_unexpected_exception_is_a_clean_500(gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_unexpected_exception_is_a_clean_500(
+    gateway: GatewayServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from inferplex import catalog
 
     def boom(*a: object, **k: object) -> None:

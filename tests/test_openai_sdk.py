@@ -52,25 +52,61 @@ def test_buffered_chat_has_openai_shape_and_timings(client: openai.OpenAI, fake_
 def test_every_documented_request_field_and_unknown_fields_pass_through(
     client: openai.OpenAI, fake_openai: FakeOpenAI
 ) -> None:
-    tools = [{"type": "function", "function": {"name": "get_weather", "description": "w",
-                                                "parameters": {"type": "object", "properties": {}}, "strict": True}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "w",
+                "parameters": {"type": "object", "properties": {}},
+                "strict": True,
+            },
+        }
+    ]
     client.chat.completions.create(
         model="echo-model",
         messages=[
             {"role": "system", "content": "be brief"},
             {"role": "developer", "content": "really brief"},
-            {"role": "user", "content": [{"type": "text", "text": "look"},
-                                         {"type": "image_url", "image_url": {"url": "https://x/y.png"}}], "name": "ann"},
-            {"role": "assistant", "content": None,
-             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+                ],
+                "name": "ann",
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+                ],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
             {"role": "user", "content": "thanks"},
         ],
-        max_completion_tokens=50, max_tokens=40, top_p=0.9, stop=["\n\n", "END"], n=1, seed=7,
-        tools=tools, tool_choice="auto", parallel_tool_calls=False,
-        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": True}},
-        logprobs=True, top_logprobs=2, logit_bias={"50256": -100}, frequency_penalty=0.5, presence_penalty=-0.5,
-        user="u-1", metadata={"team": "a"}, service_tier="auto",
+        max_completion_tokens=50,
+        max_tokens=40,
+        top_p=0.9,
+        stop=["\n\n", "END"],
+        n=1,
+        seed=7,
+        tools=tools,
+        tool_choice="auto",
+        parallel_tool_calls=False,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": True},
+        },
+        logprobs=True,
+        top_logprobs=2,
+        logit_bias={"50256": -100},
+        frequency_penalty=0.5,
+        presence_penalty=-0.5,
+        user="u-1",
+        metadata={"team": "a"},
+        service_tier="auto",
         extra_body={"some_vendor_field": {"nested": [1, 2]}, "top_k": 40},
     )
     sent = fake_openai.state.last().body
@@ -86,8 +122,11 @@ def test_every_documented_request_field_and_unknown_fields_pass_through(
 def test_stream_without_include_usage_hides_usage_chunk_but_upstream_was_asked(
     client: openai.OpenAI, fake_openai: FakeOpenAI
 ) -> None:
-    chunks = list(client.chat.completions.create(
-        model="echo-model", messages=[{"role": "user", "content": "one two three"}], stream=True))
+    chunks = list(
+        client.chat.completions.create(
+            model="echo-model", messages=[{"role": "user", "content": "one two three"}], stream=True
+        )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "echo: one two three"
     assert all(c.choices for c in chunks), "the usage-only chunk must be stripped"
@@ -97,14 +136,23 @@ def test_stream_without_include_usage_hides_usage_chunk_but_upstream_was_asked(
 
 
 def test_stream_with_include_usage_ends_with_usage_chunk_and_timings(gateway: GatewayServer) -> None:
-    with httpx.stream("POST", gateway.base_url + "/chat/completions", headers=gateway.auth, json={
-        "model": "echo-model", "messages": [{"role": "user", "content": "a b"}],
-        "stream": True, "stream_options": {"include_usage": True}}) as resp:
+    with httpx.stream(
+        "POST",
+        gateway.base_url + "/chat/completions",
+        headers=gateway.auth,
+        json={
+            "model": "echo-model",
+            "messages": [{"role": "user", "content": "a b"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+    ) as resp:
         assert resp.headers["content-type"].startswith("text/event-stream")
         assert resp.headers["x-inferplex-provider"] == "fake"
         lines = [line for line in resp.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
     import json
+
     last = json.loads(lines[-2][6:])
     assert last["choices"] == [] and last["usage"]["completion_tokens"] == 3
     assert last["timings"]["ttft_ms"] > 0 and last["timings"]["total_ms"] >= last["timings"]["ttft_ms"]
@@ -114,8 +162,11 @@ async def test_async_client_buffered_and_streamed(aclient: openai.AsyncOpenAI) -
     done = await aclient.chat.completions.create(model="echo-model", messages=[{"role": "user", "content": "hi"}])
     assert done.choices[0].message.content == "echo: hi"
     stream = await aclient.chat.completions.create(
-        model="echo-model", messages=[{"role": "user", "content": "hi there"}], stream=True,
-        stream_options={"include_usage": True})
+        model="echo-model",
+        messages=[{"role": "user", "content": "hi there"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     parts, usage = [], None
     async for chunk in stream:
         if chunk.choices:
@@ -127,16 +178,25 @@ async def test_async_client_buffered_and_streamed(aclient: openai.AsyncOpenAI) -
 
 
 def test_tool_call_buffered_and_streamed_argument_deltas(client: openai.OpenAI) -> None:
-    tools = [{"type": "function", "function": {"name": "get_weather",
-                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
     done = client.chat.completions.create(
-        model="tool-model", messages=[{"role": "user", "content": "weather?"}], tools=tools, tool_choice="required")
+        model="tool-model", messages=[{"role": "user", "content": "weather?"}], tools=tools, tool_choice="required"
+    )
     call = done.choices[0].message.tool_calls[0]
     assert done.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "get_weather" and call.function.arguments == '{"city": "Paris"}'
     args = ""
     with client.chat.completions.stream(
-        model="tool-model", messages=[{"role": "user", "content": "weather?"}], tools=tools) as stream:
+        model="tool-model", messages=[{"role": "user", "content": "weather?"}], tools=tools
+    ) as stream:
         for event in stream:
             if event.type == "tool_calls.function.arguments.delta":
                 args += event.arguments_delta
@@ -150,7 +210,9 @@ def test_embeddings_float_and_base64(client: openai.OpenAI, fake_openai: FakeOpe
     assert [d.embedding for d in floats.data] == [[3.0, 0.0, 0.5], [5.0, 1.0, 0.5]]
     assert floats.model == "embed-model"
     assert fake_openai.state.last("/embeddings").body["model"] == "text-embedding-fake"
-    raw = client.embeddings.with_raw_response.create(model="embed-model", input="abc", encoding_format="base64").http_response.json()
+    raw = client.embeddings.with_raw_response.create(
+        model="embed-model", input="abc", encoding_format="base64"
+    ).http_response.json()
     decoded = struct.unpack("<3f", base64.b64decode(raw["data"][0]["embedding"]))
     assert list(decoded) == [3.0, 0.0, 0.5]
     # The SDK's default asks for base64 and decodes it itself: the result must equal the float one.
@@ -158,13 +220,18 @@ def test_embeddings_float_and_base64(client: openai.OpenAI, fake_openai: FakeOpe
     assert default.data[0].embedding == [3.0, 0.0, 0.5]
 
 
-@pytest.mark.parametrize("model,extra", [
-    ("echo-model@fake", {}),
-    ("fake/echo-model", {}),
-    ("echo-model", {"provider": "fake"}),
-    ("gpt-echo", {"provider": "fake"}),
-])
-def test_model_addressing_styles(client: openai.OpenAI, fake_openai: FakeOpenAI, model: str, extra: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    "model,extra",
+    [
+        ("echo-model@fake", {}),
+        ("fake/echo-model", {}),
+        ("echo-model", {"provider": "fake"}),
+        ("gpt-echo", {"provider": "fake"}),
+    ],
+)
+def test_model_addressing_styles(
+    client: openai.OpenAI, fake_openai: FakeOpenAI, model: str, extra: dict[str, str]
+) -> None:
     done = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}], extra_body=extra)
     assert done.choices[0].message.content == "echo: x"
     sent = fake_openai.state.last().body

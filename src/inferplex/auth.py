@@ -43,7 +43,9 @@ class Principal:
 
     def require_model(self, model: str) -> None:
         if not self.may_use(model):
-            raise PermissionDenied(f"This key may not use the model `{model}`.", param="model", code="model_not_allowed")
+            raise PermissionDenied(
+                f"This key may not use the model `{model}`.", param="model", code="model_not_allowed"
+            )
 
 
 MASTER = Principal(key_id="master", name="master key")
@@ -54,7 +56,9 @@ def credential(headers: Headers) -> str | None:
     if value is not None:
         scheme, _, token = value.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise Unauthenticated("The Authorization header must be of the form `Bearer <key>`.", code="malformed_credentials")
+            raise Unauthenticated(
+                "The Authorization header must be of the form `Bearer <key>`.", code="malformed_credentials"
+            )
         return token.strip()
     return headers.get("x-api-key") or None
 

@@ -227,8 +227,6 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-
-
 def parse(model: type[BaseModel], data: Any) -> Any:
     """Validate a decoded JSON body into a canonical model, or raise a 400 that names the first bad field."""
     if not isinstance(data, dict):

@@ -30,8 +30,7 @@ class Catalog:
         self._models = {m.name: m for m in config.models}
         self._providers = {p.name: p for p in config.providers}
         self._targets: dict[str, tuple[Target, ...]] = {
-            m.name: tuple(Target(m, d, self._providers[d.provider]) for d in m.deployments)
-            for m in config.models
+            m.name: tuple(Target(m, d, self._providers[d.provider]) for d in m.deployments) for m in config.models
         }
         self._cache: dict[tuple[str, str | None], Resolved] = {}
 

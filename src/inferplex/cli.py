@@ -74,7 +74,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"  key:   {key}\n"
         f"  try:   curl http://{host}:{port}/v1/chat/completions -H 'Authorization: Bearer {key}' "
         f"-H 'Content-Type: application/json' "
-        f"-d '{{\"model\": \"{example}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'",
+        f'-d \'{{"model": "{example}", "messages": [{{"role": "user", "content": "Hello"}}]}}\'',
         flush=True,
     )
     uvicorn.run(

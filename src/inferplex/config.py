@@ -71,7 +71,6 @@ class ProviderConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-
 class Pricing(_Strict):
     """Prices in USD per million tokens (the unit every provider publishes)."""
 
@@ -114,7 +113,6 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     data_dir: str = ".inferplex"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-
 
 
 class Config(_Strict):

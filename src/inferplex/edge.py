@@ -70,7 +70,7 @@ def endpoint(
             return render_error(err, ctx)
         except Exception:
             log.exception("unexpected error in %s (request id %s)", request.url.path, ctx.request_id)
-            err = InternalError(f"The gateway hit an unexpected error (request id {ctx.request_id}).")
-            return render_error(err, ctx)
+            internal = InternalError(f"The gateway hit an unexpected error (request id {ctx.request_id}).")
+            return render_error(internal, ctx)
 
     return run

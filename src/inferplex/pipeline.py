@@ -99,7 +99,9 @@ class Router(Protocol):
 
 
 class ProcessorRun(Protocol):
-    async def pre(self, ctx: Context, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]: ...
+    async def pre(
+        self, ctx: Context, request: ChatRequest, raw: dict[str, Any]
+    ) -> tuple[ChatRequest, dict[str, Any]]: ...
 
     async def post(self, ctx: Context, response: Chunk) -> Chunk: ...
 

@@ -47,8 +47,14 @@ class FakeState:
         return next(r for r in reversed(self.requests) if r.path.endswith(path_suffix))
 
 
-def _error(status: int, message: str, type_: str = "invalid_request_error", param: str | None = None,
-           code: str | None = None, headers: dict[str, str] | None = None) -> web.Response:
+def _error(
+    status: int,
+    message: str,
+    type_: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
     body = {"error": {"message": message, "type": type_, "param": param, "code": code}}
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json", headers=headers)
 
@@ -204,7 +210,12 @@ class FakeOpenAI:
                 return resp
             elif model.startswith("tool-") and body.get("tools"):
                 name = body["tools"][0]["function"]["name"]
-                call = {"index": 0, "id": "call_abc123", "type": "function", "function": {"name": name, "arguments": ""}}
+                call = {
+                    "index": 0,
+                    "id": "call_abc123",
+                    "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                }
                 await resp.write(_chunk(model, {"tool_calls": [call]}, usage=include_usage))
                 for piece in ('{"city"', ': "Par', 'is"}'):
                     delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
@@ -224,10 +235,20 @@ class FakeOpenAI:
 
     async def _finish(self, resp: web.StreamResponse, model: str, include_usage: bool, pt: int, ct: int) -> None:
         if include_usage:
-            usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
-                     "prompt_tokens_details": {"cached_tokens": 0}}
-            data = {"id": "chatcmpl-fake123", "object": "chat.completion.chunk", "created": 1735689600,
-                    "model": model, "choices": [], "usage": usage}
+            usage = {
+                "prompt_tokens": pt,
+                "completion_tokens": ct,
+                "total_tokens": pt + ct,
+                "prompt_tokens_details": {"cached_tokens": 0},
+            }
+            data = {
+                "id": "chatcmpl-fake123",
+                "object": "chat.completion.chunk",
+                "created": 1735689600,
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
             await resp.write(b"data: " + orjson.dumps(data) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -252,8 +273,12 @@ class FakeOpenAI:
             emb: Any = base64.b64encode(struct.pack("<3f", *vector)).decode() if fmt == "base64" else vector
             data.append({"object": "embedding", "index": i, "embedding": emb})
         tokens = sum(_words(str(t)) for t in inputs)
-        out = {"object": "list", "data": data, "model": body["model"],
-               "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        out = {
+            "object": "list",
+            "data": data,
+            "model": body["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     def start(self) -> FakeOpenAI:

@@ -174,7 +174,9 @@ async def list_endpoints(request: Request, ctx: Context) -> Response:
     rows = [r for r in endpoint_rows(services) if ctx.principal.may_use(r["model"])]
     model = request.query_params.get("model")
     provider = request.query_params.get("provider")
-    rows = [r for r in rows if (model is None or r["model"] == model) and (provider is None or r["provider"] == provider)]
+    rows = [
+        r for r in rows if (model is None or r["model"] == model) and (provider is None or r["provider"] == provider)
+    ]
     return json_response({"object": "list", "data": rows}, ctx.headers())
 
 

@@ -97,7 +97,9 @@ class OpenAICompatible:
     ) -> AsyncIterator[Chunk]:
         body, info.dropped_params = build_chat_body(raw, target.upstream_model, self.profile, stream=True)
         name = self.config.name
-        resp = await http.open_stream(self._session, self._chat_url, body, self._stream_headers, self.config.timeouts, name)
+        resp = await http.open_stream(
+            self._session, self._chat_url, body, self._stream_headers, self.config.timeouts, name
+        )
         public = target.model.name
         done = False
         try:
