@@ -1,0 +1,91 @@
+"""Table tests of the pure pieces: the SSE decoder and the vendor-profile request builder."""
+
+from __future__ import annotations
+
+import pytest
+
+from inferplex.providers.openai_compat import build_chat_body, normalize_completion
+from inferplex.providers.profiles import PROFILES
+from inferplex.sse import SSEDecoder
+
+
+def decode(lines: list[str]) -> list[tuple[str, str]]:
+    d = SSEDecoder()
+    out = [e for e in (d.feed(line) for line in lines) if e is not None]
+    last = d.flush()
+    if last is not None:
+        out.append(last)
+    return [(e.event, e.data) for e in out]
+
+
+@pytest.mark.parametrize(
+    "lines,expected",
+    [
+        (["data: a", ""], [("message", "a")]),
+        (["data: a\r\n", "\r\n"], [("message", "a")]),
+        (["data:a", ""], [("message", "a")]),
+        (["data:  two spaces", ""], [("message", " two spaces")]),
+        (["data: one", "data: two", ""], [("message", "one\ntwo")]),
+        ([": keep-alive comment", "", "data: x", ""], [("message", "x")]),
+        (["event: ping", "data: {}", ""], [("ping", "{}")]),
+        (["event: ping", "", "data: after", ""], [("message", "after")]),
+        (["id: 7", "data: x", ""], [("message", "x")]),
+        (["data: no blank line at end"], [("message", "no blank line at end")]),
+        (["retry: 100", "unknown: field", ""], []),
+        (["data", ""], [("message", "")]),
+    ],
+)
+def test_sse_decoder(lines: list[str], expected: list[tuple[str, str]]) -> None:
+    assert decode(lines) == expected
+
+
+RAW = {
+    "model": "public",
+    "messages": [{"role": "user", "content": "x"}],
+    "seed": 3,
+    "n": 2,
+    "max_completion_tokens": 9,
+    "logit_bias": {"1": 5},
+    "provider": "p",
+    "vendor_x": 1,
+}
+
+
+@pytest.mark.parametrize(
+    "profile,stream,expect_keys,absent,dropped",
+    [
+        ("openai", False, {"seed": 3, "n": 2, "max_completion_tokens": 9, "vendor_x": 1}, {"provider"}, []),
+        ("mistral", False, {"random_seed": 3, "max_tokens": 9}, {"seed", "logit_bias", "provider"}, ["logit_bias"]),
+        ("deepseek", False, {"max_tokens": 9}, {"n", "seed", "logit_bias"}, ["logit_bias", "n", "seed"]),
+        ("groq", True, {"stream": True, "stream_options": {"include_usage": True}}, {"logit_bias"}, ["logit_bias"]),
+        ("ollama", True, {"max_tokens": 9}, {"n", "logit_bias"}, ["logit_bias", "n"]),
+    ],
+)
+def test_vendor_profiles_rename_and_drop(
+    profile: str, stream: bool, expect_keys: dict[str, object], absent: set[str], dropped: list[str]
+) -> None:
+    body, was_dropped = build_chat_body(RAW, "upstream-id", PROFILES[profile], stream=stream)
+    assert body["model"] == "upstream-id"
+    for key, value in expect_keys.items():
+        assert body[key] == value
+    assert not absent & set(body)
+    assert was_dropped == dropped
+    assert RAW["model"] == "public", "the caller's body must not be mutated"
+
+
+def test_stream_options_of_the_caller_are_kept_and_usage_forced() -> None:
+    raw = {**RAW, "stream": True, "stream_options": {"include_usage": False, "include_obfuscation": False}}
+    body, _ = build_chat_body(raw, "m", PROFILES["openai"], stream=True)
+    assert body["stream_options"] == {"include_usage": True, "include_obfuscation": False}
+
+
+def test_normalize_fills_every_key_a_strict_client_reads() -> None:
+    data = normalize_completion({"id": "x", "choices": [{"message": {"content": "hi"}}]}, "public")
+    choice = data["choices"][0]
+    assert data["model"] == "public" and data["object"] == "chat.completion"
+    assert choice == {
+        "message": {"content": "hi", "role": "assistant", "refusal": None},
+        "index": 0,
+        "logprobs": None,
+        "finish_reason": "stop",
+    }
