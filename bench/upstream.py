@@ -86,8 +86,7 @@ def chunked(data: bytes) -> bytes:
 
 
 BUFFERED = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(COMPLETION)
-    + COMPLETION
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(COMPLETION) + COMPLETION
 )
 HEALTH_BODY = b'{"status":"ok"}'
 HEALTH = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (

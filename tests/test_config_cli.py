@@ -60,11 +60,19 @@ def test_config_check_accepts_a_valid_file(tmp_path: Path) -> None:
     [
         (GOOD.replace("api_key: env:GROQ_API_KEY", "api_key: gsk-inline-secret"), "providers[0].api_key", "inlined"),
         (GOOD.replace("env:GROQ_API_KEY", "env:NOT_SET_ANYWHERE"), "providers[0].api_key", "NOT_SET_ANYWHERE"),
-        (GOOD.replace("provider: groq,", "provider: nowhere,"), "models[0].deployments[0].provider", "unknown provider"),
+        (
+            GOOD.replace("provider: groq,", "provider: nowhere,"),
+            "models[0].deployments[0].provider",
+            "unknown provider",
+        ),
         (GOOD.replace("    kind: openai", "    kind: carrier-pigeon"), "providers[0].kind", "unknown kind"),
         (GOOD.replace("context_window: 131072", "context_window: -5"), "models[0].context_window", "greater than 0"),
         (GOOD.replace("    headers:", "    colour: blue\n    headers:"), "providers[0].colour", "Extra inputs"),
-        (GOOD.replace("    deployments: [{provider: groq, model: llama-3.1-8b-instant}]\n", ""), "models[0].deployments", "required"),
+        (
+            GOOD.replace("    deployments: [{provider: groq, model: llama-3.1-8b-instant}]\n", ""),
+            "models[0].deployments",
+            "required",
+        ),
     ],
 )
 def test_config_errors_name_file_field_and_problem(tmp_path: Path, text: str, field: str, problem: str) -> None:

@@ -20,13 +20,18 @@ from starlette.routing import Route
 from inferplex.auth import Authenticator, MasterKeyAuth
 from inferplex.catalog import Catalog
 from inferplex.config import Config
+from inferplex.dialects import anthropic as anthropic_dialect
+from inferplex.dialects import inferexchange as inferexchange_dialect
+from inferplex.dialects import oneinfer as oneinfer_dialect
 from inferplex.dialects import openai as openai_dialect
+from inferplex.dialects import unify as unify_dialect
 from inferplex.edge import json_response
 from inferplex.errors import GatewayError, NotFound
 from inferplex.pipeline import Pipeline
 from inferplex.providers.base import Adapter
 from inferplex.providers.http import new_session
 from inferplex.providers.registry import load_factory
+from inferplex.routing.router import build_router
 
 
 @dataclass(slots=True)
@@ -54,6 +59,10 @@ async def _health(request: Request) -> Response:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    if request.url.path.startswith("/v1/messages"):
+        return anthropic_dialect.render_http_error(exc.status_code, f"{request.method} {request.url.path}")
+    if request.url.path.startswith("/v1/ula/"):
+        return oneinfer_dialect.render_http_error(exc.status_code, f"{request.method} {request.url.path}")
     if exc.status_code == 404:
         err: GatewayError = NotFound(f"Unknown route {request.method} {request.url.path}.", code="unknown_route")
     else:
@@ -69,15 +78,18 @@ def create_app(config: Config, master_key: str) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = new_session()
         adapters = build_adapters(config, Resources(session, config))
+        router = build_router(config, catalog)
         app.state.services = Services(
-            Pipeline(catalog, adapters), MasterKeyAuth(master_key), config.server.max_body_bytes
+            Pipeline(catalog, adapters, router=router), MasterKeyAuth(master_key), config.server.max_body_bytes
         )
         try:
             yield
         finally:
+            await router.aclose()
             for adapter in adapters.values():
                 await adapter.aclose()
             await session.close()
 
-    routes = [Route("/health", _health, methods=["GET"]), *openai_dialect.routes]
+    routes = [Route("/health", _health, methods=["GET"]), *openai_dialect.routes, *anthropic_dialect.routes]
+    routes += [*oneinfer_dialect.routes, *unify_dialect.routes, *inferexchange_dialect.routes]
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})

@@ -128,7 +128,8 @@ class StreamOptions(_Open):
 class ChatRequest(_Open):
     model: str = Field(min_length=1)
     messages: list[Message] = Field(min_length=1)
-    provider: str | None = None
+    # A provider name (OneInfer) or OpenRouter's preferences object; read by `routing.options`.
+    provider: str | dict[str, Any] | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
@@ -150,6 +151,11 @@ class ChatRequest(_Open):
     user: str | None = None
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
+    # Gateway-only routing fields (docs/routing.md), never forwarded upstream.
+    models: list[str] | None = None
+    endpoint_id: str | None = None
+    region: str | None = None
+    timeout: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _consistency(self) -> ChatRequest:
@@ -160,6 +166,10 @@ class ChatRequest(_Open):
         if self.stream_options is not None and not self.stream:
             raise _field_error("stream_options", "stream_options is only allowed when stream is true")
         return self
+
+    @property
+    def provider_name(self) -> str | None:
+        return self.provider if isinstance(self.provider, str) else None
 
     @property
     def output_limit(self) -> int | None:

@@ -116,9 +116,7 @@ class _Decider:
 
 
 def _has_part(messages: list[Message], part_type: str) -> bool:
-    return any(
-        isinstance(m.content, list) and any(p.type == part_type for p in m.content) for m in messages
-    )
+    return any(isinstance(m.content, list) and any(p.type == part_type for p in m.content) for m in messages)
 
 
 def _without_parts(messages: list[Message], part_type: str) -> list[Message]:
@@ -260,8 +258,9 @@ def markdown(decls: dict[str, ProviderCapabilities] | None = None) -> str:
         "  `drop_params: false` the request is a 400 naming the parameter instead.",
         "- **refused**: always a 400 naming the parameter (dropping it would change the conversation).",
         "",
-        "A model can narrow its provider's column with `capabilities:` in the config (tools, vision,",
-        "json_schema, streaming); `vision` is off unless a model declares it.",
+        "On the native adapters (anthropic, gemini, bedrock) a model narrows its provider's column with",
+        "`capabilities:` in the config (tools, vision, json_schema, streaming; `vision` is off unless a model",
+        "declares it): a feature the model lacks is dropped (or a 400), and `streaming: false` is emulated.",
         "",
         "| feature | " + " | ".join(f"`{k}`" for k in kinds) + " |",
         "|---|" + "---|" * len(kinds),

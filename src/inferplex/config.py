@@ -88,9 +88,60 @@ class Capabilities(_Strict):
     streaming: bool = True
 
 
+class DeploymentTimeouts(_Strict):
+    """Per-deployment overrides, in seconds; unset ones fall back to the provider's `timeouts`.
+
+    `first_token` bounds the wait for the first chunk (connect included), `stall` the gap between chunks,
+    `total` one whole attempt."""
+
+    connect: float | None = Field(None, gt=0)
+    first_token: float | None = Field(None, gt=0)
+    stall: float | None = Field(None, gt=0)
+    total: float | None = Field(None, gt=0)
+
+
 class DeploymentConfig(_Strict):
     provider: str
     model: str = Field(min_length=1)
+    # Routing (docs/routing.md): `id` names it for `endpoint_id`; a `dedicated` one is reached only that way.
+    id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]+$")
+    dedicated: bool = False
+    region: str | None = None
+    weight: float = Field(1.0, ge=0)
+    priority: int = 0
+    rpm: int | None = Field(None, gt=0)
+    tpm: int | None = Field(None, gt=0)
+    max_concurrent: int | None = Field(None, gt=0)
+    timeouts: DeploymentTimeouts = Field(default_factory=DeploymentTimeouts)
+    pricing: Pricing | None = None
+    flex_pricing: Pricing | None = None
+
+
+class CooldownConfig(_Strict):
+    """Circuit breaker: `failures` within `window` seconds open it for `period` seconds, then one probe."""
+
+    failures: int = Field(3, ge=1)
+    window: float = Field(60.0, gt=0)
+    period: float = Field(30.0, gt=0)
+
+
+class RoutingConfig(_Strict):
+    strategy: Literal["weighted", "least_busy", "lowest_latency", "lowest_cost", "priority"] = "weighted"
+    fallbacks: list[str] = Field(default_factory=list)
+    retries: int = Field(2, ge=0, le=10)
+    backoff: float = Field(0.2, ge=0)
+    backoff_max: float = Field(5.0, ge=0)
+    max_retry_wait: float = Field(5.0, ge=0)
+    deadline: float = Field(600.0, gt=0)
+    max_deadline: float = Field(3600.0, gt=0)
+    cooldown: CooldownConfig = Field(default_factory=CooldownConfig)
+
+
+class RoutingStoreConfig(_Strict):
+    """Where replicas share cooldowns; without `redis_url` each replica keeps its own."""
+
+    redis_url: str | None = None
+    redis_prefix: str = "inferplex:routing:"
 
 
 class ModelConfig(_Strict):
@@ -103,6 +154,8 @@ class ModelConfig(_Strict):
     max_output: int | None = Field(None, gt=0)
     capabilities: Capabilities = Field(default_factory=Capabilities)
     pricing: Pricing = Field(default_factory=Pricing)
+    flex_pricing: Pricing | None = None
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
     created: int = 1735689600
 
 
@@ -119,6 +172,7 @@ class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     providers: list[ProviderConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
+    routing: RoutingStoreConfig = Field(default_factory=RoutingStoreConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Config:
@@ -140,10 +194,26 @@ class Config(_Strict):
             for j, d in enumerate(m.deployments):
                 if d.provider not in names:
                     raise ValueError(f"models[{i}].deployments[{j}].provider: unknown provider {d.provider!r}")
+        _check_routing(self.models)
         return self
 
     def provider(self, name: str) -> ProviderConfig:
         return next(p for p in self.providers if p.name == name)
+
+
+def _check_routing(models: list[ModelConfig]) -> None:
+    """Fallbacks name known models; deployment ids are unique across the catalog (`endpoint_id` finds them)."""
+    names = {m.name for m in models}
+    ids: set[str] = set()
+    for i, m in enumerate(models):
+        for j, name in enumerate(m.routing.fallbacks):
+            if name not in names or name == m.name:
+                raise ValueError(f"models[{i}].routing.fallbacks[{j}]: unknown fallback model {name!r}")
+        for j, d in enumerate(m.deployments):
+            if d.id is not None:
+                if d.id in ids:
+                    raise ValueError(f"models[{i}].deployments[{j}].id: duplicate deployment id {d.id!r}")
+                ids.add(d.id)
 
 
 def _format_error(source: str, exc: ValidationError) -> str:

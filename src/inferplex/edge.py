@@ -33,6 +33,18 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise UnsupportedMediaType(
             f"Unsupported content type {content_type or '(none)'!r}: send the body as application/json."
         )
+    body = await read_bytes(request, max_bytes)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"We could not parse the JSON body of your request: {exc.args[0] if exc.args else 'invalid JSON'}.",
+            code="invalid_json",
+        ) from None
+
+
+async def read_bytes(request: Request, max_bytes: int) -> bytes:
+    """The whole body, refused with a 413 as soon as it is known to exceed `max_bytes`."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise PayloadTooLarge(f"The request body is larger than the limit of {max_bytes} bytes.")
@@ -43,14 +55,7 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         if size > max_bytes:
             raise PayloadTooLarge(f"The request body is larger than the limit of {max_bytes} bytes.")
         chunks.append(chunk)
-    body = b"".join(chunks)
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(
-            f"We could not parse the JSON body of your request: {exc.args[0] if exc.args else 'invalid JSON'}.",
-            code="invalid_json",
-        ) from None
+    return b"".join(chunks)
 
 
 def endpoint(

@@ -107,6 +107,20 @@ class UpstreamTimeout(UpstreamError):
     code = "upstream_timeout"
 
 
+class ProcessorRejected(GatewayError):
+    """A request processor refused the request (injection, secret, schema...); the message names it and why."""
+
+    status = 422
+    type = "invalid_request_error"
+    code = "processor_policy_rejection"
+
+
+class UnsupportedLanguage(GatewayError):
+    status = 422
+    type = "invalid_request_error"
+    code = "unsupported_language"
+
+
 class InternalError(GatewayError):
     status = 500
     type = "api_error"

@@ -26,9 +26,22 @@ from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
 from inferplex.errors import UpstreamError
 from inferplex.providers.base import Adapter, CallInfo, Chunk, Target
+from inferplex.routing.options import route_options
 from inferplex.timings import Timings
 
 T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One try at one deployment, as the router saw it: kept on the context for the usage log."""
+
+    deployment: str
+    model: str
+    outcome: str  # "ok", "error" (before the first byte), "failed_midstream", "cancelled" (the caller left)
+    status: int | None = None
+    error: str | None = None
+    latency_ms: float = 0.0
 
 
 @dataclass(slots=True)
@@ -44,6 +57,8 @@ class Context:
     model: ModelConfig | None = None
     target: Target | None = None
     attempts: int = 0
+    attempt_log: list[Attempt] = field(default_factory=list)
+    service_tier: str = "default"  # the tier that served (routing); billing prices flex from it
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     output_chars: int = 0
@@ -244,7 +259,8 @@ class Pipeline:
         run = self._processors(ctx, request) if self._processors else None
         if run is not None:
             request, raw = await run.pre(ctx, request, raw)
-        resolved = self._resolve(ctx, request.model, request.provider, "chat")
+        ctx.options["route"] = route_options(request)
+        resolved = self._resolve(ctx, request.model, request.provider_name, "chat")
         admission = await self.guard.admit(ctx, "chat", resolved.model, request)
         return request, raw, run, resolved, admission
 

@@ -89,6 +89,11 @@ async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     raw = await read_json(request, services.max_body_bytes)
     chat: ChatRequest = parse(ChatRequest, raw)
+    return await answer_chat(services, chat, raw, ctx)
+
+
+async def answer_chat(services: Services, chat: ChatRequest, raw: dict[str, Any], ctx: Context) -> Response:
+    """Run a parsed chat request and answer in OpenAI's shape: shared by the OpenAI-compatible dialects."""
     if chat.stream:
         stream = await services.pipeline.chat_stream(chat, raw, ctx)
         return SSEResponse(render_stream(stream, chat.wants_usage), _timing_headers(ctx, stream=True))  # type: ignore[return-value]
@@ -163,7 +168,11 @@ def endpoint_rows(services: Services) -> list[dict[str, Any]]:
                     "context_window": m.context_window,
                     "max_output_tokens": m.max_output,
                     "pricing": card["pricing"],
-                    "limits": {"rpm": None, "tpm": None, "max_concurrent": None},
+                    "limits": {
+                        "rpm": t.deployment.rpm,
+                        "tpm": t.deployment.tpm,
+                        "max_concurrent": t.deployment.max_concurrent,
+                    },
                 }
             )
     return rows

@@ -35,12 +35,26 @@ class Target:
         return self.deployment.model
 
 
+@dataclass(frozen=True, slots=True)
+class CallerKey:
+    """The caller's own key for one provider (Unify's `use_custom_keys`): used for this request only.
+
+    It lives on the request's `CallInfo` and nowhere else: never stored, and hidden from every repr/log."""
+
+    provider: str
+    secret: str = field(repr=False)
+
+
 @dataclass(slots=True)
 class CallInfo:
-    """What the adapter reports back besides the body: used in headers and logs."""
+    """What the adapter reports back besides the body: used in headers and logs.
+
+    `caller_key`, when set, travels the other way: the provider it names uses it instead of its configured
+    key; any other provider (a fallback) ignores it, so it never reaches a provider it was not meant for."""
 
     dropped_params: list[str] = field(default_factory=list)
     queued_ms: float = 0.0
+    caller_key: CallerKey | None = None
 
 
 class Adapter(Protocol):

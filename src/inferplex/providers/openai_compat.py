@@ -22,7 +22,22 @@ from inferplex.providers.base import CallInfo, Chunk, Target
 from inferplex.providers.profiles import PROFILES, VendorProfile, profile_for
 
 # Request fields that steer the gateway and mean nothing (or something else) to an upstream.
-GATEWAY_FIELDS = frozenset({"provider"})
+GATEWAY_FIELDS = frozenset(
+    {
+        "provider",
+        # routing (docs/routing.md) and Unify's platform arguments (docs/dialects.md)
+        "endpoint_id",
+        "region",
+        "models",
+        "timeout",
+        "drop_params",
+        "use_custom_keys",
+        "tags",
+        "log_query_body",
+        "log_response_body",
+        "signature",
+    }
+)
 
 
 def build_chat_body(
@@ -85,10 +100,19 @@ class OpenAICompatible:
         self._stream_headers = {**headers, "Accept": "text/event-stream"}
         self._session = session
 
+    def _auth(self, headers: dict[str, str], info: CallInfo) -> dict[str, str]:
+        """The headers with the caller's own key for this provider in place of ours, when they sent one."""
+        key = info.caller_key
+        if key is None or key.provider != self.config.name:
+            return headers
+        return {**headers, self.profile.auth_header: self.profile.auth_prefix + key.secret}
+
     async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
         body, info.dropped_params = build_chat_body(raw, target.upstream_model, self.profile, stream=False)
+        # `target.provider` carries the deployment's timeout overrides (routing); it is this adapter's config.
+        timeouts = target.provider.timeouts
         data, _ = await http.post_json(
-            self._session, self._chat_url, body, self._headers, self.config.timeouts, self.config.name
+            self._session, self._chat_url, body, self._auth(self._headers, info), timeouts, self.config.name
         )
         return normalize_completion(data, target.model.name)
 
@@ -98,7 +122,7 @@ class OpenAICompatible:
         body, info.dropped_params = build_chat_body(raw, target.upstream_model, self.profile, stream=True)
         name = self.config.name
         resp = await http.open_stream(
-            self._session, self._chat_url, body, self._stream_headers, self.config.timeouts, name
+            self._session, self._chat_url, body, self._auth(self._stream_headers, info), target.provider.timeouts, name
         )
         public = target.model.name
         done = False
@@ -126,7 +150,7 @@ class OpenAICompatible:
         body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
         body["model"] = target.upstream_model
         data, _ = await http.post_json(
-            self._session, self._embed_url, body, self._headers, self.config.timeouts, self.config.name
+            self._session, self._embed_url, body, self._headers, target.provider.timeouts, self.config.name
         )
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
             raise UpstreamError(f"provider {self.config.name} sent an embeddings response without data")

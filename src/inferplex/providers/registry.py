@@ -19,6 +19,10 @@ Factory = Callable[[ProviderConfig, Any], Adapter]
 _BUILTIN = {
     "openai": "inferplex.providers.openai_compat:create",
     "local": "inferplex.providers.local:create",
+    "anthropic": "inferplex.providers.anthropic:create",
+    "gemini": "inferplex.providers.gemini:create",
+    "azure": "inferplex.providers.azure:create",
+    "bedrock": "inferplex.providers.bedrock:create",
 }
 
 

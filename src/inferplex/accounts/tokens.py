@@ -1,0 +1,76 @@
+"""Short-lived bearer tokens (OneInfer's token exchange): `ipxt.<payload>.<signature>`.
+
+The payload is base64url JSON `{"kid": key id, "scp": scopes, "exp": unix seconds}`; the signature is
+HMAC-SHA256 over `ipxt.<payload>` with the server secret. A token carries no authority of its own: every use
+re-reads its key, so revoking or expiring the key kills its tokens at once, on every replica.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+TOKEN_PREFIX = "ipxt."
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    key_id: str
+    scopes: frozenset[str]
+    expires_at: int
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _sign(secret: bytes, body: str) -> str:
+    return _b64(hmac.new(secret, body.encode(), hashlib.sha256).digest())
+
+
+def issue(secret: bytes, key_id: str, scopes: frozenset[str], expires_at: int) -> str:
+    body = TOKEN_PREFIX + _b64(orjson.dumps({"kid": key_id, "scp": sorted(scopes), "exp": expires_at}))
+    return body + "." + _sign(secret, body)
+
+
+def verify(secret: bytes, token: str, now: float) -> Claims | None:
+    """The claims of a well-signed, unexpired token; None for anything else (never says which)."""
+    if not token.startswith(TOKEN_PREFIX):
+        return None
+    body, _, signature = token.rpartition(".")
+    if not body or not hmac.compare_digest(signature.encode(), _sign(secret, body).encode()):
+        return None
+    try:
+        data = orjson.loads(_unb64(body[len(TOKEN_PREFIX) :]))
+        claims = Claims(str(data["kid"]), frozenset(data["scp"]), int(data["exp"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return claims if claims.expires_at > now else None
+
+
+def load_secret(configured: str | None, data_dir: str) -> bytes:
+    """The configured secret, else one generated on first start and kept (0600) in the data directory."""
+    if configured:
+        return configured.encode()
+    path = Path(data_dir) / "token_secret"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+    return path.read_text().strip().encode()

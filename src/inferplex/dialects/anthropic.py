@@ -1,0 +1,189 @@
+"""The Anthropic dialect: `POST /v1/messages` and `/v1/messages/count_tokens`, to any configured model.
+
+Parse the Anthropic request (wire schema in `anthropic_wire.py`) into the canonical request, call the
+pipeline exactly as the OpenAI dialect does, and render the canonical answer as an Anthropic Message or
+as Anthropic's SSE event grammar. Errors use Anthropic's shape and status mapping; an unknown model is a
+JSON 404 even for a stream (nothing is sent before the pipeline has a first chunk), and a failure after the
+first byte is an `event: error` frame.
+
+Token counts: an Anthropic target answers with the provider's own count (its adapter's `count_tokens`);
+any other target gets the estimate in `estimate_input_tokens`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inferplex.canonical import ChatRequest, parse
+from inferplex.dialects.anthropic_wire import CountTokensRequest, MessagesRequest
+from inferplex.edge import endpoint, json_response, read_json
+from inferplex.errors import GatewayError, InvalidRequest
+from inferplex.pipeline import ChatStream, Context
+from inferplex.providers.failures import UpstreamOverloaded
+from inferplex.streaming import SSEResponse
+from inferplex.translate.anthropic_to_openai import MessageStreamWriter, error_body, to_canonical, to_message
+
+if TYPE_CHECKING:
+    from inferplex.app import Services
+
+log = logging.getLogger("inferplex")
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+# Anthropic-only request details, and the provider kinds that honour them; elsewhere they are dropped.
+_HONOURED = {
+    "thinking": {"anthropic", "bedrock"},
+    "top_k": {"anthropic", "bedrock", "gemini"},
+    "cache_control": {"anthropic", "bedrock"},
+}
+
+
+def error_shape(err: GatewayError) -> tuple[int, str]:
+    """(HTTP status, Anthropic error type) for a gateway error."""
+    if isinstance(err, UpstreamOverloaded):
+        return 529, "overloaded_error"
+    status = err.status
+    if status >= 500:
+        return status, "api_error"
+    return status, _TYPES.get(status, "invalid_request_error")
+
+
+def render_error(err: GatewayError, ctx: Context) -> Response:
+    status, kind = error_shape(err)
+    headers = {**ctx.headers(), "request-id": ctx.request_id}
+    if err.retry_after is not None:
+        headers["retry-after"] = str(max(int(err.retry_after + 0.999), 1))
+    return json_response(error_body(kind, err.message), headers, status)
+
+
+def render_http_error(status: int, message: str) -> Response:
+    """Starlette's own 404/405 for a path under /v1/messages, in Anthropic's shape."""
+    return json_response(error_body(_TYPES.get(status, "invalid_request_error"), message), status=status)
+
+
+def _uses_cache_control(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "cache_control" in value or any(_uses_cache_control(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_uses_cache_control(v) for v in value)
+    return False
+
+
+def _note_dropped(ctx: Context, full: dict[str, Any]) -> None:
+    """Name the Anthropic-only details a non-Anthropic target could not honour."""
+    if ctx.target is None:
+        return
+    kind = ctx.target.provider.kind
+    used: list[str] = [k for k in ("thinking", "top_k") if k in full]
+    if _uses_cache_control(full):
+        used.append("cache_control")
+    lost = [k for k in used if kind not in _HONOURED[k]]
+    if lost:
+        ctx.info.dropped_params = sorted({*ctx.info.dropped_params, *lost})
+
+
+def _headers(ctx: Context) -> dict[str, str]:
+    return {**ctx.headers(), "request-id": ctx.request_id}
+
+
+async def render_stream(stream: ChatStream, writer: MessageStreamWriter) -> AsyncIterator[bytes]:
+    ctx = stream.ctx
+    try:
+        async for chunk in stream:
+            for frame in writer.feed(chunk):
+                yield frame
+        for frame in writer.end():
+            yield frame
+    except GatewayError as err:
+        for frame in writer.error(error_shape(err)[1], err.message):
+            yield frame
+    except Exception:
+        log.exception("stream failed", extra={"request_id": ctx.request_id})
+        for frame in writer.error("api_error", f"The stream failed (request id {ctx.request_id})."):
+            yield frame
+    finally:
+        await stream.aclose()
+
+
+def _canonical(wire: CountTokensRequest) -> tuple[dict[str, Any], dict[str, Any], ChatRequest]:
+    full, raw = to_canonical(wire)
+    return full, raw, parse(ChatRequest, full)
+
+
+async def messages(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    body = await read_json(request, services.max_body_bytes)
+    wire: MessagesRequest = parse(MessagesRequest, body)
+    full, raw, chat = _canonical(wire)
+    if wire.stream:
+        stream = await services.pipeline.chat_stream(chat, raw, ctx)
+        _note_dropped(ctx, full)
+        writer = MessageStreamWriter(wire.model, estimate_input_tokens(full))
+        return SSEResponse(render_stream(stream, writer), _headers(ctx))  # type: ignore[return-value]
+    response = await services.pipeline.chat(chat, raw, ctx)
+    _note_dropped(ctx, full)
+    return json_response(to_message(response, wire.model), _headers(ctx))
+
+
+async def count_tokens(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    body = await read_json(request, services.max_body_bytes)
+    wire: CountTokensRequest = parse(CountTokensRequest, body)
+    if not wire.messages:
+        raise InvalidRequest("messages: at least one message is required", param="messages")
+    full, _, chat = _canonical(wire)
+    resolved = services.pipeline.catalog.resolve(chat.model, chat.provider_name)
+    ctx.principal.require_model(resolved.model.name)
+    target = ctx.target = resolved.targets[0]
+    adapter = services.pipeline.adapters[target.provider.name]
+    counter = getattr(adapter, "count_tokens", None)
+    count = await counter(chat, target) if counter is not None else estimate_input_tokens(full)
+    return json_response({"input_tokens": count}, _headers(ctx))
+
+
+def estimate_input_tokens(full: dict[str, Any]) -> int:
+    """A provider-neutral estimate of a request's input tokens.
+
+    Method: one token per 4 characters of every text, tool name, description and JSON schema (the usual
+    ratio for English with BPE tokenizers), plus 4 tokens of framing per message and 1,600 per image or
+    document part (Anthropic's documented cost of a ~1.15 megapixel image, the largest sent unscaled).
+    It is meant for budgeting, not billing: billing uses the usage the provider reports.
+    """
+    chars = 0
+    media = 0
+    messages = full.get("messages") or []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        for part in content if isinstance(content, list) else ():
+            if part.get("type") in ("image_url", "file"):
+                media += 1
+            chars += len(part.get("text") or "")
+        for call in m.get("tool_calls") or ():
+            chars += len(call["function"]["name"]) + len(call["function"]["arguments"])
+    for tool in full.get("tools") or ():
+        fn = tool["function"]
+        chars += len(fn["name"]) + len(fn.get("description") or "") + len(str(fn.get("parameters") or ""))
+    return max(math.ceil(chars / 4) + 4 * len(messages) + 1600 * media, 1)
+
+
+routes = [
+    Route("/v1/messages", endpoint(render_error, messages, "chat", "anthropic"), methods=["POST"]),
+    Route("/v1/messages/count_tokens", endpoint(render_error, count_tokens, "chat", "anthropic"), methods=["POST"]),
+]

@@ -1,0 +1,304 @@
+"""The OneInfer dialect ("ULA"): `POST /v1/ula/chat/completions`, for clients written for OneInfer.
+
+A request names `provider` (default `"openai"`) and `model` beside OpenAI-style `messages`; OneInfer's
+defaults are applied (temperature 0.7, max_tokens 1000) and the result is the canonical request, run on the
+same pipeline as every other dialect. Answers use OneInfer's envelope
+`{"api_details": {"api_status", "api_message"}, "data": {...}, "error": {...}}`; streams are its
+`{"id", "text", "finish_reason"}` chunks ending with `data: [DONE]`. Without `model`, the provider's first
+configured chat model is used. `endpoint_id` and `service_tier` are checked here against what the doc
+allows (a configured deployment id; "default" or "flex") and passed on to the router.
+
+Status codes are OneInfer's table, read as follows:
+- 400: the body is not valid JSON (or not a valid form); a required field is missing (`messages`, or a
+  `provider`/`model` sent empty); the provider is not configured ("unsupported provider"); or a value has
+  the right type but is not allowed (temperature 3, an unknown role, service_tier "turbo", an unknown
+  endpoint_id, a model the provider does not serve): the doc's "invalid field values".
+- 422: the body does not fit the schema: not a JSON object, or a field of the wrong JSON type (messages as
+  a string, temperature "hot", max_tokens 1.5): the doc's "failed schema validation".
+- 401 bad credentials; 403 insufficient credit (and a key that may not use the model); 415 a body that is
+  neither `application/json` nor `multipart/form-data`; 500 an unexpected failure. Statuses the table does
+  not list keep the gateway's meaning (413 too large, 429 limits, 502/503/504 provider failures), and the
+  media routes (image, video, text-to-speech) answer 501 until the media issue lands.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inferplex.canonical import ChatRequest, parse
+from inferplex.catalog import Catalog
+from inferplex.config import ModelConfig
+from inferplex.dialects.forms import FieldKind, read_form
+from inferplex.edge import Handler, endpoint, json_response, read_json
+from inferplex.errors import GatewayError, InternalError, InvalidRequest, UnsupportedMediaType
+from inferplex.pipeline import ChatStream, Context
+from inferplex.sse import DONE, encode
+from inferplex.streaming import SSEResponse
+
+if TYPE_CHECKING:
+    from inferplex.app import Services
+
+log = logging.getLogger("inferplex")
+
+DEFAULT_PROVIDER = "openai"
+DEFAULTS = {"temperature": 0.7, "max_tokens": 1000}
+TIERS = ("default", "flex")
+SUCCESS_MESSAGE = "Chat completion generated successfully."
+FORM_FIELDS: dict[str, FieldKind] = {
+    "messages": "json",
+    "stop": "json_or_text",
+    "temperature": "float",
+    "top_p": "float",
+    "max_tokens": "int",
+    "stream": "bool",
+}
+# Error codes the credit ledger may use for "not enough balance"; OneInfer answers those with a 403.
+CREDIT_CODES = frozenset({"insufficient_credit", "insufficient_credits", "insufficient_balance", "insufficient_quota"})
+
+
+class NotYetSupported(GatewayError):
+    status = 501
+    type = "not_implemented_error"
+    code = "not_yet_supported"
+
+
+# ---- errors -----------------------------------------------------------------------------------------------
+
+
+def status_for(err: GatewayError) -> int:
+    """The gateway's status read through OneInfer's table (see the module docstring)."""
+    if err.status == 402 or err.code in CREDIT_CODES:
+        return 403
+    if err.status == 404:
+        return 400
+    return err.status
+
+
+def error_envelope(err: GatewayError, status: int) -> dict[str, Any]:
+    return {
+        "api_details": {"api_status": "error", "api_message": err.message},
+        "data": {},
+        "error": {"status": status, "code": err.code, "type": err.type, "message": err.message, "param": err.param},
+    }
+
+
+def render_error(err: GatewayError, ctx: Context) -> Response:
+    status = status_for(err)
+    headers = ctx.headers()
+    if err.retry_after is not None:
+        headers["retry-after"] = str(max(int(err.retry_after + 0.999), 1))
+    return json_response(error_envelope(err, status), headers, status)
+
+
+def render_http_error(status: int, message: str) -> Response:
+    """Starlette's own 404/405 for a path under /v1/ula, in the envelope."""
+    err = GatewayError(message, status=status, code="unknown_route" if status == 404 else "method_not_allowed")
+    err.type = "invalid_request_error"
+    return json_response(error_envelope(err, status), status=status)
+
+
+def _schema_error(message: str, param: str | None = None) -> InvalidRequest:
+    return InvalidRequest(message, param=param, status=422, code="schema_validation_error")
+
+
+# ---- request ----------------------------------------------------------------------------------------------
+
+
+def _is_type_error(kind: str) -> bool:
+    return kind.endswith("_type") or kind in ("int_from_float", "is_instance_of", "union_tag_invalid")
+
+
+def parse_chat(full: dict[str, Any]) -> ChatRequest:
+    """The canonical request, or the first problem as a 400 (bad value) or 422 (wrong type), field named."""
+    try:
+        return ChatRequest.model_validate(full)
+    except ValidationError as exc:
+        kind = exc.errors()[0]["type"]
+    try:
+        parse(ChatRequest, full)  # raises the canonical 400 naming the field
+    except InvalidRequest as err:
+        if _is_type_error(kind):
+            err.status, err.code = 422, "schema_validation_error"
+        raise
+    raise AssertionError("unreachable: the request failed validation once")  # pragma: no cover
+
+
+def _optional_str(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise _schema_error(f"Invalid type for '{name}': expected a string.", name)
+    if value == "":
+        raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    return value
+
+
+def default_model(catalog: Catalog, provider: str) -> str:
+    for m in catalog.models:
+        if m.type == "chat" and any(t.provider.name == provider for t in catalog.targets(m)):
+            return m.name
+    raise InvalidRequest(f"Provider `{provider}` serves no chat model here: name one in 'model'.", param="model")
+
+
+def endpoint_ids(catalog: Catalog) -> set[str]:
+    return {t.deployment.id for m in catalog.models for t in catalog.targets(m) if t.deployment.id is not None}
+
+
+def to_canonical(body: Any, catalog: Catalog) -> dict[str, Any]:
+    """OneInfer's body as the canonical request dict: provider and model resolved, defaults applied."""
+    if not isinstance(body, dict):
+        raise _schema_error("The request body must be a JSON object.")
+    if "messages" not in body and "input" in body:
+        raise NotYetSupported(
+            "Text-to-speech (a request with 'input' instead of 'messages') is not yet supported by this gateway."
+        )
+    provider = _optional_str(body, "provider") or DEFAULT_PROVIDER
+    if not catalog.has_provider(provider):
+        raise InvalidRequest(
+            f"Unsupported provider `{provider}`: it is not configured on this gateway.",
+            param="provider",
+            code="unsupported_provider",
+        )
+    model = _optional_str(body, "model") or default_model(catalog, provider)
+    tier = _optional_str(body, "service_tier")
+    if tier is not None and tier not in TIERS:
+        raise InvalidRequest(
+            f"Invalid value for 'service_tier': {tier!r}; expected 'default' or 'flex'.",
+            param="service_tier",
+            code="invalid_service_tier",
+        )
+    endpoint_id = _optional_str(body, "endpoint_id")
+    if endpoint_id is not None and endpoint_id not in endpoint_ids(catalog):
+        raise InvalidRequest(
+            f"Unknown endpoint_id `{endpoint_id}`: no such endpoint is configured on this gateway.",
+            param="endpoint_id",
+            code="endpoint_not_found",
+        )
+    full = {**body, "provider": provider, "model": model}
+    if full.get("temperature") is None:
+        full["temperature"] = DEFAULTS["temperature"]
+    if full.get("max_tokens") is None and full.get("max_completion_tokens") is None:
+        full["max_tokens"] = DEFAULTS["max_tokens"]
+    return full
+
+
+async def read_body(request: Request, max_bytes: int) -> Any:
+    content_type = request.headers.get("content-type", "")
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "multipart/form-data":
+        return await read_form(request, max_bytes, FORM_FIELDS)
+    if media != "application/json":
+        raise UnsupportedMediaType(
+            f"Unsupported content type {content_type or '(none)'!r}: "
+            "send the body as application/json or multipart/form-data."
+        )
+    return await read_json(request, max_bytes)
+
+
+# ---- responses --------------------------------------------------------------------------------------------
+
+
+def context_full(usage: dict[str, int], model: ModelConfig | None) -> bool:
+    window = model.context_window if model is not None else None
+    return window is not None and usage["total_tokens"] >= window
+
+
+def render_completion(response: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    """The `data` object of OneInfer's envelope from a canonical completion."""
+    choice = (response.get("choices") or [{}])[0]
+    usage_in = response.get("usage") or {}
+    usage = {k: int(usage_in.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    target = ctx.target
+    return {
+        "id": ctx.request_id,
+        "created": int(response.get("created") or time.time()),
+        "text": (choice.get("message") or {}).get("content") or "",
+        "finish_reason": choice.get("finish_reason") or "stop",
+        "provider": target.provider.name if target is not None else None,
+        "model": target.upstream_model if target is not None else response.get("model"),
+        "usage": usage,
+        "latency_ms": round(ctx.timings.as_dict()["total_ms"]),
+        "is_context_length_full": context_full(usage, ctx.model),
+    }
+
+
+def _frame(data: dict[str, Any]) -> bytes:
+    return encode(orjson.dumps(data))
+
+
+async def render_stream(stream: ChatStream) -> AsyncIterator[bytes]:
+    """OneInfer's chunks: one per piece of text, then `chunk_final` with the finish reason, then [DONE].
+    A failure after the first byte is an error envelope frame before [DONE], never a silent cut."""
+    ctx = stream.ctx
+    count = 0
+    finish: str | None = None
+    try:
+        async for chunk in stream:
+            for choice in chunk.get("choices") or ():
+                if choice.get("index", 0) != 0:
+                    continue
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    count += 1
+                    yield _frame({"id": f"chunk_{count}", "text": text, "finish_reason": None})
+                finish = choice.get("finish_reason") or finish
+        yield _frame({"id": "chunk_final", "text": "", "finish_reason": finish or "stop"})
+    except GatewayError as err:
+        yield _frame(error_envelope(err, status_for(err)))
+    except Exception:
+        log.exception("stream failed", extra={"request_id": ctx.request_id})
+        internal = InternalError(f"The stream failed (request id {ctx.request_id}).")
+        yield _frame(error_envelope(internal, internal.status))
+    finally:
+        await stream.aclose()
+    yield DONE
+
+
+# ---- routes -----------------------------------------------------------------------------------------------
+
+
+async def chat_completions(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    catalog = services.pipeline.catalog
+    full = to_canonical(await read_body(request, services.max_body_bytes), catalog)
+    chat = parse_chat(full)
+    if chat.stream:
+        stream = await services.pipeline.chat_stream(chat, full, ctx)
+        return SSEResponse(render_stream(stream), ctx.headers())  # type: ignore[return-value]
+    response = await services.pipeline.chat(chat, full, ctx)
+    envelope = {
+        "api_details": {"api_status": "success", "api_message": SUCCESS_MESSAGE},
+        "data": render_completion(response, ctx),
+        "error": {},
+    }
+    return json_response(envelope, ctx.headers())
+
+
+def _not_yet(what: str) -> Handler:
+    async def handler(request: Request, ctx: Context) -> Response:
+        raise NotYetSupported(f"{what} is not yet supported by this gateway.")
+
+    return handler
+
+
+routes = [
+    Route("/v1/ula/chat/completions", endpoint(render_error, chat_completions, "chat", "oneinfer"), methods=["POST"]),
+    Route(
+        "/v1/ula/generate-image",
+        endpoint(render_error, _not_yet("Image generation"), "images", "oneinfer"),
+        methods=["POST"],
+    ),
+    Route(
+        "/v1/ula/generate-video",
+        endpoint(render_error, _not_yet("Video generation"), "video", "oneinfer"),
+        methods=["POST"],
+    ),
+]

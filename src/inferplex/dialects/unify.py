@@ -1,0 +1,144 @@
+"""The Unify dialect: `POST /v0/chat/completions` and `GET /v0/endpoints`, for clients written for Unify.
+
+Unify is OpenAI's Chat Completions with two differences, so this module is a parser in front of the OpenAI
+dialect's own handler and renderers (`openai.answer_chat`, `openai.render_error`):
+
+- `model` names an endpoint, `{model}@{provider}`. A model without a non-empty model and provider part is
+  a 400 (`invalid_model`); a well-formed one the catalog does not serve is OpenAI's 404 (`model_not_found`
+  or `provider_not_found`), since Unify defers to OpenAI's reference for everything it does not define.
+- Platform arguments steer the gateway and are never forwarded upstream (`GATEWAY_FIELDS`):
+  `drop_params` and `region` stay on the canonical request for the capability planner and the router;
+  `tags`, `signature`, `log_query_body` and `log_response_body` go on `ctx.options` for the usage log;
+  `use_custom_keys: true` sends the caller's own provider key, read from the `x-provider-api-key` header,
+  to that provider for this request only (`CallInfo.caller_key`): it is never stored or logged.
+  A platform argument of the wrong type is a 400 naming it.
+
+`GET /v0/endpoints` answers a JSON list of `model@provider` strings (what Unify's client `list_endpoints`
+returns), filtered by the `model` and `provider` query parameters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inferplex.canonical import ChatRequest, parse
+from inferplex.dialects.openai import answer_chat, endpoint_rows, render_error
+from inferplex.edge import endpoint, json_response, read_json
+from inferplex.errors import InvalidRequest
+from inferplex.pipeline import Context
+from inferplex.providers.base import CallerKey
+
+if TYPE_CHECKING:
+    from inferplex.app import Services
+
+CUSTOM_KEY_HEADER = "x-provider-api-key"
+# Only the OpenAI-compatible adapter knows how to use a caller's key; elsewhere it would be silently ignored.
+CUSTOM_KEY_KINDS = frozenset({"openai"})
+
+
+def split_endpoint(model: Any) -> tuple[str, str]:
+    """`{model}@{provider}` into its two parts; anything else is a 400 naming `model`."""
+    if isinstance(model, str):
+        name, at, provider = model.rpartition("@")
+        if at and name and provider:
+            return name, provider
+    raise InvalidRequest(
+        f"Invalid value for 'model': {model!r}. Unify names an endpoint as `model@provider` "
+        "(e.g. `gpt-4o-mini@openai`); GET /v0/endpoints lists them.",
+        param="model",
+        code="invalid_model",
+    )
+
+
+def _flag(raw: dict[str, Any], name: str, default: bool) -> bool:
+    value = raw.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"Invalid value for '{name}': expected a boolean.", param=name)
+    return value
+
+
+def tags(value: Any) -> list[str]:
+    """Unify's `tags`: a comma-separated string or a list of strings; blanks are dropped."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise InvalidRequest(
+            "Invalid value for 'tags': expected a comma-separated string or a list of strings.", param="tags"
+        )
+    return [t.strip() for t in value if t.strip()]
+
+
+def platform_options(raw: dict[str, Any]) -> dict[str, Any]:
+    """The platform arguments the usage log and the stages after it read from `ctx.options`."""
+    signature = raw.get("signature")
+    if signature is not None and not isinstance(signature, str):
+        raise InvalidRequest("Invalid value for 'signature': expected a string.", param="signature")
+    _flag(raw, "drop_params", True)  # read by the capability planner; checked here so it fails in our words
+    return {
+        "tags": tags(raw.get("tags")),
+        "signature": signature,
+        "log_query_body": _flag(raw, "log_query_body", True),
+        "log_response_body": _flag(raw, "log_response_body", True),
+    }
+
+
+def _caller_key(request: Request, services: Services, model: str, provider: str) -> CallerKey:
+    secret = request.headers.get(CUSTOM_KEY_HEADER, "").strip()
+    if not secret:
+        raise InvalidRequest(
+            f"use_custom_keys is true but no provider key was sent: send it in the `{CUSTOM_KEY_HEADER}` header.",
+            param="use_custom_keys",
+            code="missing_provider_key",
+        )
+    resolved = services.pipeline.catalog.resolve(model, provider)
+    if any(t.provider.kind not in CUSTOM_KEY_KINDS for t in resolved.targets):
+        raise InvalidRequest(
+            f"use_custom_keys is not supported for provider `{provider}` on this gateway.",
+            param="use_custom_keys",
+            code="custom_keys_not_supported",
+        )
+    return CallerKey(provider, secret)
+
+
+async def chat_completions(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    raw = await read_json(request, services.max_body_bytes)
+    if not isinstance(raw, dict):
+        raise InvalidRequest("The request body must be a JSON object.")
+    if "model" not in raw:
+        raise InvalidRequest("Missing required parameter: 'model'.", param="model")
+    model, provider = split_endpoint(raw["model"])
+    ctx.options.update(platform_options(raw))
+    chat: ChatRequest = parse(ChatRequest, raw)
+    if _flag(raw, "use_custom_keys", False):
+        ctx.info.caller_key = _caller_key(request, services, model, provider)
+        ctx.options["use_custom_keys"] = True
+    return await answer_chat(services, chat, raw, ctx)
+
+
+async def list_endpoints(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    model = request.query_params.get("model")
+    provider = request.query_params.get("provider")
+    names = [
+        r["id"]
+        for r in endpoint_rows(services)
+        if ctx.principal.may_use(r["model"])
+        and (model is None or r["model"] == model)
+        and (provider is None or r["provider"] == provider)
+    ]
+    return json_response(names, ctx.headers())
+
+
+routes = [
+    Route("/v0/chat/completions", endpoint(render_error, chat_completions, "chat", "unify"), methods=["POST"]),
+    Route("/v0/endpoints", endpoint(render_error, list_endpoints, "models:read", "unify"), methods=["GET"]),
+]

@@ -1,0 +1,162 @@
+"""The emulations `capabilities.plan` may choose, provider-agnostic, on canonical requests and responses.
+
+- json_schema by a forced tool: the schema becomes the only tool the model must call; its arguments are
+  returned as the message content (and streamed as content deltas), with finish_reason `stop`.
+- n > 1 by parallel calls: n single-choice calls, their choices renumbered and their usage summed. Streams
+  run the calls one after another, so the caller sees ordinary chunks, each choice under its own index.
+- streaming from a buffered call, for a model declared `streaming: false`: one call, replayed as chunks.
+
+Each works on OpenAI-shaped dicts only, so every native adapter gets them by calling `run_chat` and
+`run_stream` with its own single-call functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from inferplex.canonical import ChatRequest, FunctionDef, NamedToolChoice, Tool
+from inferplex.capabilities import JsonTool, Plan
+from inferplex.providers.base import Chunk
+
+Once = Callable[[ChatRequest], Awaitable[Chunk]]
+StreamOnce = Callable[[ChatRequest], AsyncIterator[Chunk]]
+
+
+def with_json_tool(request: ChatRequest, tool: JsonTool) -> ChatRequest:
+    """The request with its answer schema as the single, forced tool."""
+    fn = FunctionDef(
+        name=tool.name, description=tool.description or "Return the answer in this schema.", parameters=tool.schema
+    )
+    return request.model_copy(
+        update={
+            "tools": [Tool(type="function", function=fn)],
+            "tool_choice": NamedToolChoice(type="function", function={"name": tool.name}),
+            "parallel_tool_calls": None,
+            "response_format": None,
+        }
+    )
+
+
+def json_tool_completion(completion: Chunk) -> Chunk:
+    """Turn the forced tool call back into the JSON text the caller asked for."""
+    for choice in completion.get("choices") or ():
+        message = choice.get("message") or {}
+        calls = message.pop("tool_calls", None) or []
+        if calls:
+            message["content"] = "".join(c.get("function", {}).get("arguments", "") for c in calls)
+        if choice.get("finish_reason") == "tool_calls":
+            choice["finish_reason"] = "stop"
+    return completion
+
+
+def json_tool_chunk(chunk: Chunk) -> Chunk:
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") or {}
+        calls = delta.pop("tool_calls", None) or []
+        pieces = "".join((c.get("function") or {}).get("arguments") or "" for c in calls)
+        if pieces:
+            delta["content"] = (delta.get("content") or "") + pieces
+        if choice.get("finish_reason") == "tool_calls":
+            choice["finish_reason"] = "stop"
+    return chunk
+
+
+def add_usage(total: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Sum two OpenAI usage objects, nested details included."""
+    if more is None:
+        return total
+    if total is None:
+        return _copy(more)
+    for key, value in more.items():
+        if isinstance(value, int) and isinstance(total.get(key), int):
+            total[key] += value
+        elif isinstance(value, dict):
+            total[key] = add_usage(total.get(key) if isinstance(total.get(key), dict) else None, value)
+        elif key not in total:
+            total[key] = value
+    return total
+
+
+def _copy(usage: dict[str, Any]) -> dict[str, Any]:
+    return {k: _copy(v) if isinstance(v, dict) else v for k, v in usage.items()}
+
+
+async def run_chat(plan: Plan, once: Once) -> Chunk:
+    """Serve a buffered request according to its plan."""
+    request = with_json_tool(plan.request, plan.json_tool) if plan.json_tool else plan.request
+    if plan.fan_out > 1:
+        results = await asyncio.gather(*(once(request) for _ in range(plan.fan_out)))
+        completion = results[0]
+        choices = []
+        usage: dict[str, Any] | None = None
+        for i, result in enumerate(results):
+            for choice in result.get("choices") or ():
+                choice["index"] = i
+                choices.append(choice)
+            usage = add_usage(usage, result.get("usage"))
+        completion["choices"] = choices
+        completion["usage"] = usage
+    else:
+        completion = await once(request)
+    return json_tool_completion(completion) if plan.json_tool else completion
+
+
+async def run_stream(plan: Plan, once: Once, stream_once: StreamOnce) -> AsyncGenerator[Chunk, None]:
+    """Serve a streamed request according to its plan; always ends with one usage chunk (`choices: []`)."""
+    request = with_json_tool(plan.request, plan.json_tool) if plan.json_tool else plan.request
+    usage: dict[str, Any] | None = None
+    last: Chunk | None = None
+    for i in range(plan.fan_out):
+        source = _replay(await once(request)) if plan.buffered_stream else stream_once(request)
+        try:
+            async for chunk in source:
+                if not chunk.get("choices") and chunk.get("usage") is not None:
+                    usage = add_usage(usage, chunk["usage"])
+                    last = chunk
+                    continue
+                for choice in chunk.get("choices") or ():
+                    choice["index"] = i
+                yield json_tool_chunk(chunk) if plan.json_tool else chunk
+        finally:
+            aclose = getattr(source, "aclose", None)
+            if aclose is not None:
+                await aclose()  # the caller left: cancel the upstream request now, not at garbage collection
+    if last is not None:
+        last["usage"] = usage
+        yield last
+
+
+async def _replay(completion: Chunk) -> AsyncIterator[Chunk]:
+    """A buffered completion as the chunks a stream would have carried."""
+    base = {
+        "id": completion.get("id"),
+        "object": "chat.completion.chunk",
+        "created": completion.get("created"),
+        "model": completion.get("model"),
+    }
+    for choice in completion.get("choices") or ():
+        message = choice.get("message") or {}
+        delta: dict[str, Any] = {"role": "assistant"}
+        for key in ("content", "reasoning_content", "refusal"):
+            if message.get(key):
+                delta[key] = message[key]
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
+        yield {
+            **base,
+            "choices": [{"index": choice.get("index", 0), "delta": delta, "logprobs": None, "finish_reason": None}],
+        }
+        yield {
+            **base,
+            "choices": [
+                {
+                    "index": choice.get("index", 0),
+                    "delta": {},
+                    "logprobs": None,
+                    "finish_reason": choice.get("finish_reason") or "stop",
+                }
+            ],
+        }
+    yield {**base, "choices": [], "usage": completion.get("usage")}

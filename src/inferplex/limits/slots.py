@@ -1,0 +1,63 @@
+"""Waiting for a concurrency slot in arrival order, for at most a configured time.
+
+Within a replica, waiters for a key form a FIFO queue and only its head asks the store for a slot, so a
+newcomer never overtakes someone already waiting. The head is woken by a local release at once, and
+otherwise re-asks the store every `poll_s` (slots freed by another replica are only seen that way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+
+from inferplex.limits import LimitStore
+
+
+class _Waiter:
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+
+class FairSlots:
+    def __init__(self, store: LimitStore, poll_s: float = 0.01) -> None:
+        self.store = store
+        self.poll_s = poll_s
+        self._queues: dict[str, deque[_Waiter]] = {}
+
+    async def acquire(self, key: str, limit: int, holder: str, max_wait_s: float) -> float | None:
+        """Seconds waited once a slot is held, or None if none came free within `max_wait_s`."""
+        queue = self._queues.get(key)
+        if not queue and await self.store.try_acquire(key, limit, holder):
+            return 0.0
+        queue = self._queues.setdefault(key, deque())
+        me = _Waiter()
+        queue.append(me)
+        start = time.monotonic()
+        try:
+            while True:
+                if queue[0] is me and await self.store.try_acquire(key, limit, holder):
+                    return time.monotonic() - start
+                remaining = start + max_wait_s - time.monotonic()
+                if remaining <= 0:
+                    return None
+                me.event.clear()
+                try:
+                    await asyncio.wait_for(me.event.wait(), min(self.poll_s, remaining))
+                except TimeoutError:
+                    pass
+        finally:
+            was_head = queue[0] is me
+            queue.remove(me)
+            if not queue:
+                self._queues.pop(key, None)
+            elif was_head:
+                queue[0].event.set()
+
+    async def release(self, key: str, holder: str) -> None:
+        await self.store.release(key, holder)
+        queue = self._queues.get(key)
+        if queue:
+            queue[0].event.set()

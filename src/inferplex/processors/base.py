@@ -1,0 +1,148 @@
+"""The processor interface and its registry.
+
+A processor is an opt-in step around one completion (Inferada's `inferada.processors`). One instance is
+created per request from its options, so whatever it learns (the placeholders it handed out, the
+corrections it made) lives on that instance and nowhere else. It has up to three hooks:
+
+- `pre`: look at, rewrite or refuse the request before the model is resolved and called;
+- `post`: look at or rewrite the buffered response (`again` calls the model once more, for a retry);
+- `stream`: the same on a stream of chunks; a processor that cannot work on a stream says `buffered = True`
+  and the pipeline serves that request with a buffered call, then replays it as chunks.
+
+Kinds are found like provider kinds: a table of built-ins plus entry points in the `inferplex.processors`
+group, each a factory `create(options: dict, env: Env) -> Processor`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+from inferplex.canonical import ChatRequest
+from inferplex.catalog import Catalog
+from inferplex.errors import InvalidRequest
+from inferplex.providers.base import Chunk, Target
+
+# Calls the model again with another request (same routing, same admission): what a retry needs.
+Again = Callable[[ChatRequest, dict[str, Any]], Awaitable[Chunk]]
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What the processors of one request share: the language it is in, and who may use what."""
+
+    language: str | None = None  # the request's language (inferada.language, an option, or detected)
+    may_use: Callable[[str], bool] = field(default=lambda _: True)
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    """What processors may read from the gateway: the catalog, and observed latency per deployment."""
+
+    catalog: Catalog | None = None
+    latency_ms: Callable[[Target], float | None] = field(default=lambda _: None)
+
+
+class Processor(Protocol):
+    name: str
+    order: int  # processors run in this order, however the request listed them
+    buffered: bool  # True when `post` needs the whole response (no stream filter)
+    metadata: dict[str, Any]  # counts, scores, decisions: reported in the response, never redacted values
+
+    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+        ...
+
+    async def post(self, ex: Exchange, response: Chunk, again: Again) -> Chunk: ...
+
+    def stream(self, ex: Exchange, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]: ...
+
+
+class Step:
+    """A processor that does nothing in every hook: built-ins subclass it and override what they need."""
+
+    name = "step"
+    order = 50
+    buffered = False
+
+    def __init__(self) -> None:
+        self.metadata: dict[str, Any] = {}
+
+    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+        return request, raw
+
+    async def post(self, ex: Exchange, response: Chunk, again: Again) -> Chunk:
+        return response
+
+    def stream(self, ex: Exchange, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+        return chunks
+
+
+Factory = Callable[[Mapping[str, Any], Env], Processor]
+
+_BUILTIN = {
+    "pii_redact": "inferplex.processors.pii:create",
+    "injection_guard": "inferplex.processors.injection:create",
+    "secret_scan": "inferplex.processors.secret_scan:create",
+    "spellcheck": "inferplex.processors.spellcheck:create",
+    "language": "inferplex.processors.language:create",
+    "routing_policy": "inferplex.processors.routing_policy:create",
+    "json_validate": "inferplex.processors.json_validate:create",
+}
+
+
+@cache
+def _entry_points() -> dict[str, str]:
+    found = dict(_BUILTIN)
+    for ep in entry_points(group="inferplex.processors"):
+        found[ep.name] = ep.value
+    return found
+
+
+def known_processors() -> set[str]:
+    return set(_entry_points())
+
+
+@cache
+def load_factory(name: str) -> Factory:
+    module_name, _, attr = _entry_points()[name].partition(":")
+    module = __import__(module_name, fromlist=[attr])
+    factory: Factory = getattr(module, attr)
+    return factory
+
+
+# ---- option helpers shared by the built-ins -------------------------------------------------------------
+
+
+def check_options(name: str, options: Mapping[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(options) - allowed - {"name"})
+    if unknown:
+        raise InvalidRequest(
+            f"Unknown option(s) for processor `{name}`: {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))}).",
+            param="processors",
+            code="invalid_processor_options",
+        )
+
+
+def choice(name: str, options: Mapping[str, Any], key: str, allowed: tuple[str, ...]) -> str:
+    value = options.get(key, allowed[0])
+    if value not in allowed:
+        raise InvalidRequest(
+            f"Processor `{name}`: `{key}` must be one of {', '.join(allowed)}.",
+            param="processors",
+            code="invalid_processor_options",
+        )
+    return str(value)
+
+
+def number(name: str, options: Mapping[str, Any], key: str, default: float, lo: float, hi: float) -> float:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
+        raise InvalidRequest(
+            f"Processor `{name}`: `{key}` must be a number between {lo} and {hi}.",
+            param="processors",
+            code="invalid_processor_options",
+        )
+    return float(value)

@@ -1,0 +1,117 @@
+"""`pii_redact`: replace personal data with stable placeholders before the model sees the prompt.
+
+Options: `mode` (`mask`, the default, leaves the answer as the model wrote it; `restore` puts the originals
+back into the answer, streams included), `kinds` (a subset of the detector kinds) and `region` (the default
+country for phone numbers written without a `+` prefix). Metadata counts what was found per kind and how many
+placeholders were restored; the values themselves are never reported.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from inferplex.canonical import ChatRequest
+from inferplex.errors import InvalidRequest
+from inferplex.processors.base import Again, Env, Exchange, Step, check_options, choice
+from inferplex.processors.credentials import replace_spans
+from inferplex.processors.pii_detect import ALL_KINDS, find_pii
+from inferplex.processors.placeholders import Restorer, Vault
+from inferplex.processors.text import map_answer, rewrite
+from inferplex.providers.base import Chunk
+
+
+class PiiRedact(Step):
+    name = "pii_redact"
+    order = 40
+
+    def __init__(self, mode: str, kinds: frozenset[str], region: str) -> None:
+        super().__init__()
+        self.mode = mode
+        self.kinds = kinds
+        self.region = region
+        self.vault = Vault()
+        self.found: Counter[str] = Counter()
+
+    def redact(self, text: str) -> str:
+        spans = find_pii(text, self.kinds, self.region)
+        self.found.update(s.kind for s in spans)
+        return replace_spans(text, spans, self.vault.placeholder)
+
+    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+        request, raw = rewrite(request, raw, self.redact)
+        self.metadata.update(
+            mode=self.mode, redacted=sum(self.found.values()), entities=dict(sorted(self.found.items()))
+        )
+        if "NAME" in self.kinds:
+            self.metadata["names"] = "cue-based heuristic (no offline NER model installed)"
+        return request, raw
+
+    async def post(self, ex: Exchange, response: Chunk, again: Again) -> Chunk:
+        if self.mode != "restore":
+            return response
+        restored = 0
+
+        def put_back(text: str) -> str:
+            nonlocal restored
+            out, n = self.vault.restore(text)
+            restored += n
+            return out
+
+        map_answer(response, put_back)
+        self.metadata["restored"] = restored
+        return response
+
+    def stream(self, ex: Exchange, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+        if self.mode != "restore":
+            return chunks
+        return self._restore_stream(chunks)
+
+    async def _restore_stream(self, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+        restorers: dict[int, Restorer] = {}
+        last: Chunk | None = None
+        for_metadata = self.metadata
+        async for chunk in chunks:
+            last = chunk
+            for c in chunk.get("choices") or ():
+                r = restorers.setdefault(c.get("index", 0), Restorer(self.vault))
+                delta = c.get("delta") or {}
+                text = delta.get("content")
+                out = r.feed(text) if isinstance(text, str) else ""
+                if c.get("finish_reason"):
+                    out += r.flush()
+                if isinstance(text, str) or out:
+                    delta["content"] = out
+                    c["delta"] = delta
+            for_metadata["restored"] = sum(r.restored for r in restorers.values())
+            yield chunk
+        leftovers = {i: r.flush() for i, r in restorers.items() if r.pending}
+        if leftovers and last is not None:
+            for_metadata["restored"] = sum(r.restored for r in restorers.values())
+            choices = [{"index": i, "delta": {"content": t}, "finish_reason": None} for i, t in leftovers.items()]
+            yield {**{k: last[k] for k in ("id", "object", "created", "model") if k in last}, "choices": choices}
+
+
+def create(options: Mapping[str, Any], env: Env) -> PiiRedact:
+    check_options("pii_redact", options, {"mode", "kinds", "region"})
+    mode = choice("pii_redact", options, "mode", ("mask", "restore"))
+    kinds_opt = options.get("kinds")
+    if kinds_opt is None:
+        kinds = ALL_KINDS
+    elif isinstance(kinds_opt, list) and kinds_opt and all(isinstance(k, str) and k.upper() in ALL_KINDS for k in kinds_opt):
+        kinds = frozenset(k.upper() for k in kinds_opt)
+    else:
+        raise InvalidRequest(
+            f"Processor `pii_redact`: `kinds` must be a non-empty list of {', '.join(sorted(ALL_KINDS))}.",
+            param="processors",
+            code="invalid_processor_options",
+        )
+    region = options.get("region", "US")
+    if not isinstance(region, str) or len(region) != 2:
+        raise InvalidRequest(
+            "Processor `pii_redact`: `region` must be a two-letter country code.",
+            param="processors",
+            code="invalid_processor_options",
+        )
+    return PiiRedact(mode, kinds, region.upper())

@@ -1,0 +1,122 @@
+"""The Anthropic Messages API adapter: `x-api-key` + `anthropic-version`, buffered, streamed, token counts.
+
+Translation lives in `translate/openai_to_anthropic.py`; this module only moves bytes and maps failures
+(an HTTP 529 "overloaded" becomes a retryable 503, an `error` event mid-stream its typed error).
+Provider options: `anthropic_version` (default 2023-06-01) and `json_schema: native | tool` (how
+response_format json_schema is served: Anthropic's structured output, or a forced tool).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import aiohttp
+import orjson
+
+from inferplex.canonical import ChatRequest
+from inferplex.capabilities import E, ProviderCapabilities, R, Support
+from inferplex.config import ProviderConfig
+from inferplex.errors import GatewayError, UpstreamError
+from inferplex.providers import http
+from inferplex.providers.base import Chunk, Target
+from inferplex.providers.failures import overloaded
+from inferplex.providers.native import NativeAdapter
+from inferplex.translate import openai_to_anthropic as tr
+
+CAPABILITIES = ProviderCapabilities(
+    n=E,
+    json_object=E,
+    audio_input=R,
+    logprobs=Support.DROPPED,
+    seed=Support.DROPPED,
+    frequency_penalty=Support.DROPPED,
+    presence_penalty=Support.DROPPED,
+    logit_bias=Support.DROPPED,
+    notes=(
+        "json_schema uses Anthropic's structured output (`output_config.format`); the provider option "
+        "`json_schema: tool` serves it with a forced tool instead.",
+        "`max_tokens` is required upstream: the model's `max_output` from the config is sent, else 4096.",
+        "`cache_control` on content parts, tools and the request passes through; cache reads and writes are "
+        "reported in usage.",
+        "thinking blocks come back as `reasoning_content` (and `thinking_blocks`, to send back next turn).",
+    ),
+)
+_TOOL_JSON = replace(CAPABILITIES, json_schema=E)
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_VERSION = "2023-06-01"
+
+
+class Anthropic(NativeAdapter):
+    def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
+        self.config = config
+        base = (config.base_url or DEFAULT_BASE_URL).rstrip("/").removesuffix("/v1")
+        self._url = base + "/v1/messages"
+        self._count_url = base + "/v1/messages/count_tokens"
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "anthropic-version": str(config.options.get("anthropic_version", DEFAULT_VERSION)),
+        }
+        if config.api_key is not None:
+            headers["x-api-key"] = config.api_key.get_secret_value()
+        headers.update(config.headers)
+        self._headers = headers
+        self._stream_headers = {**headers, "accept": "text/event-stream"}
+        self._session = session
+        self.capabilities = _TOOL_JSON if config.options.get("json_schema") == "tool" else CAPABILITIES
+
+    async def _post(self, url: str, body: Chunk) -> Any:
+        try:
+            data, _ = await http.post_json(
+                self._session, url, body, self._headers, self.config.timeouts, self.config.name
+            )
+        except GatewayError as err:
+            raise overloaded(err) from err
+        return data
+
+    async def _chat_once(self, request: ChatRequest, target: Target) -> Chunk:
+        body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=False)
+        return tr.to_completion(await self._post(self._url, body), target.model.name)
+
+    async def _stream_once(self, request: ChatRequest, target: Target) -> AsyncIterator[Chunk]:
+        body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=True)
+        name = self.config.name
+        try:
+            resp = await http.open_stream(
+                self._session, self._url, body, self._stream_headers, self.config.timeouts, name
+            )
+        except GatewayError as err:
+            raise overloaded(err) from err
+        translator = tr.AnthropicStream(target.model.name)
+        try:
+            async for event in http.sse_events(resp, name):
+                try:
+                    data = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    raise UpstreamError(f"provider {name} sent a stream event that is not JSON") from None
+                for chunk in translator.feed(event.event, data):
+                    yield chunk
+                if translator.done:
+                    break
+        finally:
+            resp.close()
+        if not translator.done:
+            raise UpstreamError(f"provider {name} ended the stream before it was complete")
+
+    async def count_tokens(self, request: ChatRequest, target: Target) -> int:
+        """The provider's own count of the request's input tokens (POST /v1/messages/count_tokens)."""
+        body = tr.build_request(request, target.upstream_model, 1, stream=False)
+        for key in ("max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "service_tier"):
+            body.pop(key, None)
+        data = await self._post(self._count_url, body)
+        count = data.get("input_tokens") if isinstance(data, dict) else None
+        if not isinstance(count, int):
+            raise UpstreamError(f"provider {self.config.name} sent a token count without input_tokens")
+        return count
+
+
+def create(config: ProviderConfig, resources: Any) -> Anthropic:
+    return Anthropic(config, resources.http)

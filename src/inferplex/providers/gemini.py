@@ -1,0 +1,107 @@
+"""The Google Gemini adapter: generateContent and streamGenerateContent (`alt=sse`), `x-goog-api-key`.
+
+Translation lives in `translate/openai_to_gemini.py`; this module moves bytes and maps failures. Gemini's
+503 UNAVAILABLE ("the model is overloaded") is a retryable 503 like Anthropic's 529. `base_url` defaults to
+https://generativelanguage.googleapis.com/v1beta; the deployment's `model` is the Gemini model id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from inferplex.canonical import ChatRequest
+from inferplex.capabilities import N, ProviderCapabilities, Support
+from inferplex.config import ProviderConfig
+from inferplex.errors import GatewayError, UpstreamError
+from inferplex.providers import http
+from inferplex.providers.base import Chunk, Target
+from inferplex.providers.failures import UpstreamOverloaded
+from inferplex.providers.native import NativeAdapter
+from inferplex.translate import openai_to_gemini as tr
+
+CAPABILITIES = ProviderCapabilities(
+    audio_input=N,
+    parallel_tool_calls=Support.DROPPED,
+    logprobs=Support.DROPPED,
+    logit_bias=Support.DROPPED,
+    notes=(
+        "json_schema becomes `responseMimeType: application/json` + `responseSchema` (types upper-cased, "
+        "keywords Gemini does not accept removed).",
+        "n > 1 is `candidateCount`; tool-call ids are minted by the gateway (Gemini's calls have none).",
+        "safety finish reasons (SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII) and a blocked prompt "
+        "become finish_reason `content_filter`.",
+    ),
+)
+
+DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
+
+
+def _overloaded(err: GatewayError) -> GatewayError:
+    if isinstance(err, UpstreamError) and err.upstream_status == 503:
+        return UpstreamOverloaded(err.message, upstream_status=503, retry_after=err.retry_after)
+    return err
+
+
+class Gemini(NativeAdapter):
+    def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
+        self.config = config
+        self.capabilities = CAPABILITIES
+        self._base = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
+        headers = {"content-type": "application/json", "accept": "application/json"}
+        if config.api_key is not None:
+            headers["x-goog-api-key"] = config.api_key.get_secret_value()
+        headers.update(config.headers)
+        self._headers = headers
+        self._session = session
+
+    def _url(self, model: str, method: str) -> str:
+        return f"{self._base}/models/{quote(model, safe='')}:{method}"
+
+    async def _chat_once(self, request: ChatRequest, target: Target) -> Chunk:
+        body = tr.build_request(request)
+        try:
+            data, _ = await http.post_json(
+                self._session,
+                self._url(target.upstream_model, "generateContent"),
+                body,
+                self._headers,
+                self.config.timeouts,
+                self.config.name,
+            )
+        except GatewayError as err:
+            raise _overloaded(err) from err
+        return tr.to_completion(data, target.model.name)
+
+    async def _stream_once(self, request: ChatRequest, target: Target) -> AsyncIterator[Chunk]:
+        body = tr.build_request(request)
+        url = self._url(target.upstream_model, "streamGenerateContent") + "?alt=sse"
+        name = self.config.name
+        try:
+            resp = await http.open_stream(
+                self._session, url, body, {**self._headers, "accept": "text/event-stream"}, self.config.timeouts, name
+            )
+        except GatewayError as err:
+            raise _overloaded(err) from err
+        translator = tr.GeminiStream(target.model.name)
+        try:
+            async for event in http.sse_events(resp, name):
+                try:
+                    data = orjson.loads(event.data)
+                except orjson.JSONDecodeError:
+                    raise UpstreamError(f"provider {name} sent a stream event that is not JSON") from None
+                for chunk in translator.feed(data):
+                    yield chunk
+        finally:
+            resp.close()
+        if not translator.finished:
+            raise UpstreamError(f"provider {name} ended the stream before it was complete")
+        yield translator.end()
+
+
+def create(config: ProviderConfig, resources: Any) -> Gemini:
+    return Gemini(config, resources.http)

@@ -1,0 +1,69 @@
+"""The shared frame of every adapter whose provider speaks its own wire format (Anthropic, Gemini, Bedrock).
+
+A native adapter writes two single-call methods (`_chat_once`, `_stream_once`) around its pure translators;
+this frame asks `capabilities.plan` what the target can do, reports dropped parameters on the `CallInfo`,
+and runs the chosen emulations, so no adapter decides those things for itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from inferplex.canonical import ChatRequest, EmbeddingRequest
+from inferplex.capabilities import Plan, ProviderCapabilities, plan
+from inferplex.emulation import run_chat, run_stream
+from inferplex.errors import InvalidRequest
+from inferplex.providers.base import CallInfo, Chunk, Target
+
+
+class NativeAdapter:
+    capabilities: ProviderCapabilities
+    default_max_tokens: ClassVar[int] = 4096
+
+    def _plan(self, request: ChatRequest, target: Target, info: CallInfo, *, stream: bool) -> Plan:
+        decided = plan(
+            request,
+            self.capabilities,
+            target.model.capabilities,
+            provider_name=target.provider.name,
+            model_name=target.model.name,
+            stream=stream,
+        )
+        info.dropped_params = sorted({*info.dropped_params, *decided.dropped})
+        return decided
+
+    def max_tokens(self, target: Target) -> int:
+        """The output limit sent when the caller gave none: the model's configured maximum, else 4096."""
+        return target.model.max_output or self.default_max_tokens
+
+    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+        decided = self._plan(request, target, info, stream=False)
+        return await run_chat(decided, lambda r: self._chat_once(r, target))
+
+    async def chat_stream(
+        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+    ) -> AsyncIterator[Chunk]:
+        decided = self._plan(request, target, info, stream=True)
+        stream = run_stream(decided, lambda r: self._chat_once(r, target), lambda r: self._stream_once(r, target))
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            await stream.aclose()
+
+    async def _chat_once(self, request: ChatRequest, target: Target) -> Chunk:
+        raise NotImplementedError
+
+    def _stream_once(self, request: ChatRequest, target: Target) -> AsyncIterator[Chunk]:
+        raise NotImplementedError
+
+    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], target: Target) -> dict[str, Any]:
+        raise InvalidRequest(
+            f"Provider {target.provider.name} does not serve embeddings through this gateway.",
+            param="model",
+            code="model_not_supported",
+        )
+
+    async def aclose(self) -> None:
+        """The HTTP session is shared and closed by the app."""

@@ -1,0 +1,217 @@
+"""Cooldowns: a circuit breaker per deployment, kept in memory or shared through Redis.
+
+Closed: traffic flows; each failure is counted in a sliding window. `failures` within `window` seconds open
+the breaker: the deployment is skipped for `period` seconds. Then it is half-open: one request (the probe,
+which holds a lease of `period` seconds) may try it; success closes the breaker, failure opens it again.
+Failures reported while it is already open (requests that were in flight) change nothing.
+
+With Redis, every replica reads and writes the same keys and the transitions run as Lua scripts stamped
+with Redis's own clock, so replicas agree without trusting each other's clocks. If Redis is unreachable the
+breaker reads as closed: losing the shared view must not take the gateway down with it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from inferplex.config import CooldownConfig
+
+log = logging.getLogger("inferplex.routing")
+
+
+class Gate(enum.Enum):
+    CLOSED = "closed"  # use it
+    PROBE = "probe"  # half-open, and this caller holds the probe: use it, once
+    OPEN = "open"  # skip it for `retry_in` seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    gate: Gate
+    retry_in: float = 0.0
+
+
+class Cooldowns(Protocol):
+    async def check(self, key: str, policy: CooldownConfig) -> Check: ...
+
+    async def failure(self, key: str, policy: CooldownConfig) -> bool:
+        """Count a failure; True when this failure opened (or re-opened) the breaker."""
+        ...
+
+    async def success(self, key: str) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Breaker:
+    """The state machine itself, pure: every transition takes `now` as an argument."""
+
+    failures: deque[float] = field(default_factory=deque)
+    open_until: float | None = None
+    probe_until: float | None = None
+
+    def check(self, now: float, policy: CooldownConfig) -> Check:
+        if self.open_until is None:
+            return Check(Gate.CLOSED)
+        if now < self.open_until:
+            return Check(Gate.OPEN, self.open_until - now)
+        if self.probe_until is not None and now < self.probe_until:
+            return Check(Gate.OPEN, self.probe_until - now)
+        self.probe_until = now + policy.period
+        return Check(Gate.PROBE)
+
+    def failure(self, now: float, policy: CooldownConfig) -> bool:
+        if self.open_until is not None:
+            if now < self.open_until:
+                return False
+            self.open_until, self.probe_until = now + policy.period, None
+            return True
+        self.failures.append(now)
+        while self.failures and self.failures[0] <= now - policy.window:
+            self.failures.popleft()
+        if len(self.failures) >= policy.failures:
+            self.failures.clear()
+            self.open_until = now + policy.period
+            return True
+        return False
+
+    def success(self, now: float) -> None:
+        if self.open_until is not None and now >= self.open_until:
+            self.open_until = self.probe_until = None
+
+
+class MemoryCooldowns:
+    """One replica's view; enough for a single gateway process."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._breakers: dict[str, Breaker] = {}
+
+    def _get(self, key: str) -> Breaker:
+        found = self._breakers.get(key)
+        if found is None:
+            found = self._breakers[key] = Breaker()
+        return found
+
+    async def check(self, key: str, policy: CooldownConfig) -> Check:
+        found = self._breakers.get(key)
+        return Check(Gate.CLOSED) if found is None else found.check(self._clock(), policy)
+
+    async def failure(self, key: str, policy: CooldownConfig) -> bool:
+        return self._get(key).failure(self._clock(), policy)
+
+    async def success(self, key: str) -> None:
+        found = self._breakers.get(key)
+        if found is not None:
+            found.success(self._clock())
+
+    async def aclose(self) -> None:
+        return None
+
+
+_NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) + tonumber(t[2]) / 1000000 "
+
+# KEYS: open, probe. ARGV: probe lease ms. Returns {gate (0 closed, 1 probe, 2 open), seconds to wait}.
+_CHECK = (
+    _NOW
+    + """
+local open = redis.call('GET', KEYS[1])
+if not open then return {0, '0'} end
+local untl = tonumber(open)
+if now < untl then return {2, tostring(untl - now)} end
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return {1, '0'} end
+return {2, tostring(redis.call('PTTL', KEYS[2]) / 1000)}
+"""
+)
+
+# KEYS: fails, open, probe. ARGV: window s, threshold, period s, unique member, open key lifetime ms.
+_FAILURE = (
+    _NOW
+    + """
+local open = redis.call('GET', KEYS[2])
+if open then
+  if now < tonumber(open) then return 0 end
+  redis.call('SET', KEYS[2], tostring(now + tonumber(ARGV[3])), 'PX', ARGV[5])
+  redis.call('DEL', KEYS[3])
+  return 1
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
+redis.call('ZADD', KEYS[1], now, ARGV[4])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[1]) * 1000))
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], tostring(now + tonumber(ARGV[3])), 'PX', ARGV[5])
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+)
+
+# KEYS: open, probe. Closes a half-open breaker; a success while it is still open changes nothing.
+_SUCCESS = (
+    _NOW
+    + """
+local open = redis.call('GET', KEYS[1])
+if not open or now < tonumber(open) then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"""
+)
+
+# How long a half-open breaker waits for its probe before Redis forgets it (and the deployment is tried again).
+_OPEN_KEEP_S = 600
+
+
+class RedisCooldowns:
+    """Every replica on the same Redis and `prefix` shares each deployment's breaker."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        import redis.asyncio as aioredis
+
+        self._redis: Any = aioredis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        self._prefix = prefix
+        self._check = self._redis.register_script(_CHECK)
+        self._failure = self._redis.register_script(_FAILURE)
+        self._success = self._redis.register_script(_SUCCESS)
+
+    def _k(self, key: str, part: str) -> str:
+        return f"{self._prefix}{key}:{part}"
+
+    async def check(self, key: str, policy: CooldownConfig) -> Check:
+        try:
+            gate, wait = await self._check(
+                keys=[self._k(key, "open"), self._k(key, "probe")], args=[int(policy.period * 1000)]
+            )
+        except Exception as exc:  # the shared view is an optimisation; routing goes on without it
+            log.warning("cooldown store unavailable (%s): treating %s as healthy", exc, key)
+            return Check(Gate.CLOSED)
+        return Check((Gate.CLOSED, Gate.PROBE, Gate.OPEN)[int(gate)], float(wait))
+
+    async def failure(self, key: str, policy: CooldownConfig) -> bool:
+        keep_ms = int((policy.period + _OPEN_KEEP_S) * 1000)
+        args: list[str | int | float] = [policy.window, policy.failures, policy.period, secrets.token_hex(8), keep_ms]
+        try:
+            opened = await self._failure(
+                keys=[self._k(key, "fails"), self._k(key, "open"), self._k(key, "probe")], args=args
+            )
+        except Exception as exc:
+            log.warning("cooldown store unavailable (%s): failure of %s not recorded", exc, key)
+            return False
+        return bool(opened)
+
+    async def success(self, key: str) -> None:
+        try:
+            await self._success(keys=[self._k(key, "open"), self._k(key, "probe")])
+        except Exception as exc:
+            log.warning("cooldown store unavailable (%s): success of %s not recorded", exc, key)
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()

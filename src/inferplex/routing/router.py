@@ -1,0 +1,398 @@
+"""The routing stage: choose a deployment, call it, and on failure retry, fail over and fall back.
+
+A request's plan is a list of groups: the requested model's deployments (narrowed by `endpoint_id`,
+`region` and the `provider` preferences), then each fallback model's (the request's `models`, else the
+model's `routing.fallbacks`). Within a group the strategy ranks deployments; those whose breaker is open or
+whose RPM/TPM window is full are skipped, and a saturated one is used only when no other has room (then
+the request queues on it, `flex` behind `default`). A retryable failure moves to a fresh deployment at once,
+or retries the same one after a backoff (honouring `Retry-After` when it fits); every group gets
+`retries + 1` attempts, and all of it must fit in the request's deadline.
+
+If every deployment of every group is cooling down, the one that reopens soonest is tried once anyway: the
+breaker steers traffic to healthy deployments, it never refuses a request on its own.
+
+The router never settles money: the pipeline settles once per request, and a failed attempt costs nothing.
+It records each attempt on `ctx.attempt_log` and reports the deployment that served and the tier used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar, cast
+
+from inferplex.catalog import Catalog, Resolved
+from inferplex.config import Config, CooldownConfig, ModelConfig
+from inferplex.errors import GatewayError, InvalidRequest, NotFound, RateLimited, Unavailable, UpstreamTimeout
+from inferplex.pipeline import Attempt, Context
+from inferplex.providers.base import Target
+from inferplex.routing.attempt import Slot, WatchedStream, stamp
+from inferplex.routing.cooldown import Cooldowns, Gate, MemoryCooldowns, RedisCooldowns
+from inferplex.routing.gate import PriorityGate, RateWindow
+from inferplex.routing.options import RouteOptions
+from inferplex.routing.pricing import comparable_price
+from inferplex.routing.retry import Verdict, classify, wait_before_retry
+from inferplex.routing.stats import Stats
+from inferplex.routing.strategies import SORT_STRATEGY, Candidate, apply_order, rank
+
+T = TypeVar("T")
+
+Group = tuple[ModelConfig, list[Target]]
+
+
+def deployment_key(target: Target) -> str:
+    """A deployment's name in headers, logs and the shared cooldown store."""
+    d = target.deployment
+    if d.id is not None:
+        return d.id
+    return f"{d.provider}/{d.model}" + (f"@{d.region}" if d.region else "")
+
+
+class _Exhausted(Exception):
+    def __init__(self, error: GatewayError | None, cooling: list[tuple[float, Target]], rate_wait: float | None):
+        self.error, self.cooling, self.rate_wait = error, cooling, rate_wait
+
+
+class Router:
+    def __init__(
+        self,
+        catalog: Catalog,
+        cooldowns: Cooldowns | None = None,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.cooldowns: Cooldowns = cooldowns or MemoryCooldowns()
+        self.stats = Stats()
+        self._rng = rng or random.Random()
+        self._gates: dict[str, PriorityGate] = {}
+        self._windows: dict[str, RateWindow] = {}
+        self._effective: dict[str, Target] = {}
+
+    async def aclose(self) -> None:
+        await self.cooldowns.aclose()
+
+    # ---- capacity and per-deployment state ------------------------------------------------------------
+
+    def gate(self, target: Target) -> PriorityGate:
+        key = deployment_key(target)
+        found = self._gates.get(key)
+        if found is None:
+            found = self._gates[key] = PriorityGate(target.deployment.max_concurrent)
+        return found
+
+    def window(self, target: Target) -> RateWindow:
+        key = deployment_key(target)
+        found = self._windows.get(key)
+        if found is None:
+            found = self._windows[key] = RateWindow(target.deployment.rpm, target.deployment.tpm)
+        return found
+
+    def _with_timeouts(self, target: Target) -> Target:
+        """The target as the adapter should see it: the deployment's connect timeout applied to its provider."""
+        connect = target.deployment.timeouts.connect
+        if connect is None:
+            return target
+        key = f"{target.model.name}\0{deployment_key(target)}"
+        found = self._effective.get(key)
+        if found is None:
+            timeouts = target.provider.timeouts.model_copy(update={"connect": connect})
+            found = dataclasses.replace(target, provider=target.provider.model_copy(update={"timeouts": timeouts}))
+            self._effective[key] = found
+        return found
+
+    # ---- the plan ---------------------------------------------------------------------------------------
+
+    def plan(self, ctx: Context, resolved: Resolved, opts: RouteOptions) -> list[Group]:
+        if opts.endpoint_id is not None:
+            for t in resolved.targets:
+                d = t.deployment
+                if d.id == opts.endpoint_id and (not d.dedicated or ctx.principal.may_use(d.id)):
+                    return [(resolved.model, [t])]
+            raise NotFound(
+                f"The endpoint `{opts.endpoint_id}` does not exist for model `{resolved.model.name}` "
+                "or you do not have access to it.",
+                param="endpoint_id",
+                code="endpoint_not_found",
+            )
+        primary = self._narrow([t for t in resolved.targets if not t.deployment.dedicated], opts)
+        if not primary:
+            raise self._nothing_serves(resolved, opts)
+        groups: list[Group] = [(resolved.model, primary)]
+        explicit = opts.models is not None
+        names = list(opts.models or ()) if explicit else list(resolved.model.routing.fallbacks)
+        if not explicit and not opts.prefs.allow_fallbacks:
+            names = []
+        for name in names:
+            if name == resolved.model.name or any(m.name == name for m, _ in groups):
+                continue
+            try:
+                other = self.catalog.resolve(name, kind=resolved.model.type)
+            except GatewayError as err:
+                if explicit:
+                    err.param = "models"
+                    raise
+                continue
+            if not ctx.principal.may_use(other.model.name):
+                if explicit:
+                    ctx.principal.require_model(other.model.name)
+                continue
+            targets = self._narrow([t for t in other.targets if not t.deployment.dedicated], opts)
+            if targets:
+                groups.append((other.model, targets))
+        return groups
+
+    @staticmethod
+    def _narrow(targets: list[Target], opts: RouteOptions) -> list[Target]:
+        prefs = opts.prefs
+        out = [
+            t
+            for t in targets
+            if (opts.region is None or t.deployment.region == opts.region)
+            and (prefs.only is None or t.provider.name in prefs.only)
+            and t.provider.name not in prefs.ignore
+        ]
+        if prefs.order and not prefs.allow_fallbacks:
+            out = [t for t in out if t.provider.name in prefs.order]
+        return out
+
+    @staticmethod
+    def _nothing_serves(resolved: Resolved, opts: RouteOptions) -> GatewayError:
+        name = resolved.model.name
+        if opts.region is not None and not any(t.deployment.region == opts.region for t in resolved.targets):
+            return InvalidRequest(
+                f"No deployment of `{name}` serves the region `{opts.region}`.",
+                param="region",
+                code="region_not_available",
+            )
+        if opts.prefs != type(opts.prefs)() or opts.region is not None:
+            return InvalidRequest(
+                f"No deployment of `{name}` matches the requested provider preferences.",
+                param="provider",
+                code="no_matching_provider",
+            )
+        return Unavailable(f"The model `{name}` has no shared deployment; name a dedicated one with endpoint_id.")
+
+    # ---- the run ----------------------------------------------------------------------------------------
+
+    async def run(self, ctx: Context, resolved: Resolved, call: Callable[[Target], Awaitable[T]]) -> T:
+        opts = ctx.options.get("route")
+        if not isinstance(opts, RouteOptions):
+            opts = RouteOptions()
+        ctx.service_tier = opts.service_tier
+        policy = resolved.model.routing
+        budget = min(opts.timeout or policy.deadline, policy.max_deadline)
+        deadline = time.monotonic() + budget
+        groups = self.plan(ctx, resolved, opts)
+        error: GatewayError | None = None
+        cooling: list[tuple[float, Target]] = []
+        rate_wait: float | None = None
+        for model, targets in groups:
+            try:
+                return await self._group(ctx, model, targets, opts, deadline, call)
+            except _Exhausted as ex:
+                error = ex.error or error
+                cooling += ex.cooling
+                if ex.rate_wait is not None:
+                    rate_wait = ex.rate_wait if rate_wait is None else min(rate_wait, ex.rate_wait)
+        if ctx.attempts == 0 and cooling:
+            _, target = min(cooling, key=lambda c: c[0])
+            return await self._attempt(ctx, target, opts, deadline, call, probe=True)
+        if error is not None:
+            raise error
+        if rate_wait is not None:
+            raise RateLimited(
+                f"Every deployment of `{resolved.model.name}` is at its request or token limit.",
+                retry_after=rate_wait,
+                code="deployment_rate_limited",
+            )
+        raise Unavailable(f"No deployment of `{resolved.model.name}` could serve the request.")
+
+    async def _group(
+        self,
+        ctx: Context,
+        model: ModelConfig,
+        targets: list[Target],
+        opts: RouteOptions,
+        deadline: float,
+        call: Callable[[Target], Awaitable[T]],
+    ) -> T:
+        policy = model.routing
+        strategy = SORT_STRATEGY.get(opts.prefs.sort or "", policy.strategy)
+        tried: dict[str, int] = {}
+        banned: set[str] = set()
+        error: GatewayError | None = None
+        attempts_left = policy.retries + 1
+        cooling: list[tuple[float, Target]] = []
+        rate_wait: float | None = None
+        while attempts_left > 0:
+            picked, cooling, rate_wait = await self._pick(targets, strategy, opts, tried, banned, policy.cooldown)
+            if picked is None:
+                break
+            target, probe = picked
+            key = deployment_key(target)
+            if key in tried:
+                wait = wait_before_retry(
+                    tried[key],
+                    error.retry_after if error is not None else None,
+                    policy.backoff,
+                    policy.backoff_max,
+                    policy.max_retry_wait,
+                    self._rng,
+                )
+                if wait is None or time.monotonic() + wait >= deadline:
+                    banned.add(key)
+                    continue
+                await asyncio.sleep(wait)
+            if probe:
+                banned.add(key)  # a half-open breaker gets one probe, not retries
+            tried[key] = tried.get(key, 0) + 1
+            attempts_left -= 1
+            try:
+                return await self._attempt(ctx, target, opts, deadline, call, probe=probe)
+            except GatewayError as err:
+                verdict = classify(err)
+                if verdict is Verdict.FATAL or time.monotonic() >= deadline:
+                    raise
+                if verdict is Verdict.FAILOVER:
+                    banned.add(key)
+                error = err
+        raise _Exhausted(error, cooling if not tried else [], rate_wait if not tried else None)
+
+    async def _pick(
+        self,
+        targets: list[Target],
+        strategy: str,
+        opts: RouteOptions,
+        tried: dict[str, int],
+        banned: set[str],
+        policy: CooldownConfig,
+    ) -> tuple[tuple[Target, bool] | None, list[tuple[float, Target]], float | None]:
+        """The next deployment to try (and whether it is a half-open probe), else what kept each one out."""
+        by_key = {deployment_key(t): t for t in targets if deployment_key(t) not in banned}
+        cands = [
+            Candidate(
+                key=k,
+                weight=t.deployment.weight,
+                priority=t.deployment.priority,
+                price=comparable_price(t, opts.service_tier),
+                in_flight=self.stats[k].in_flight,
+                ttft_ms=self.stats[k].ttft_ms,
+                per_token_ms=self.stats[k].per_token_ms,
+            )
+            for k, t in by_key.items()
+        ]
+        ranked = rank(cands, strategy, self._rng)
+        ranked = apply_order(ranked, opts.prefs.order, {k: t.provider.name for k, t in by_key.items()})
+        ranked.sort(key=lambda c: c.key in tried)  # fresh deployments before retrying one that failed
+        cooling: list[tuple[float, Target]] = []
+        rate_wait: float | None = None
+        saturated: list[Target] = []
+        for c in ranked:
+            target = by_key[c.key]
+            wait = self.window(target).full()
+            if wait is not None:
+                rate_wait = wait if rate_wait is None else min(rate_wait, wait)
+                continue
+            if self.gate(target).saturated:
+                saturated.append(target)
+                continue
+            check = await self.cooldowns.check(c.key, policy)
+            if check.gate is Gate.OPEN:
+                cooling.append((check.retry_in, target))
+                continue
+            return (target, check.gate is Gate.PROBE), cooling, rate_wait
+        for target in saturated:
+            check = await self.cooldowns.check(deployment_key(target), policy)
+            if check.gate is not Gate.OPEN:
+                return (target, check.gate is Gate.PROBE), cooling, rate_wait
+            cooling.append((check.retry_in, target))
+        return None, cooling, rate_wait
+
+    async def _attempt(
+        self,
+        ctx: Context,
+        target: Target,
+        opts: RouteOptions,
+        deadline: float,
+        call: Callable[[Target], Awaitable[T]],
+        *,
+        probe: bool,
+    ) -> T:
+        key = deployment_key(target)
+        d, provider_t = target.deployment, target.provider.timeouts
+        gate, stats = self.gate(target), self.stats[key]
+        if time.monotonic() >= deadline:
+            raise UpstreamTimeout("The request's deadline passed before a deployment could answer.")
+        try:
+            await gate.acquire(opts.service_tier, deadline - time.monotonic())
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"The request's deadline passed while waiting for capacity on deployment {key}."
+            ) from None
+        started = time.monotonic()
+        stats.in_flight += 1
+        window = self.window(target)
+        window.note_request()
+        ctx.attempts += 1
+        ctx.target, ctx.model = target, target.model
+        record = Attempt(deployment=key, model=target.model.name, outcome="pending")
+        ctx.attempt_log.append(record)
+        slot = Slot(key, gate, window, stats, self.cooldowns, target.model.routing.cooldown, record, started)
+        total = d.timeouts.total or provider_t.total
+        ends_at = min(deadline, started + total) if total else deadline
+        first = (d.timeouts.first_token or provider_t.read) if opts.stream else None
+        limit = max(min(first, ends_at - started) if first else ends_at - started, 0.0)
+        try:
+            async with asyncio.timeout(limit) as cm:
+                result = await call(self._with_timeouts(target))
+        except TimeoutError:
+            if not cm.expired():
+                slot.release()
+                raise
+            what = "the first token" if first is not None and first <= ends_at - started else "a response"
+            err = UpstreamTimeout(f"deployment {key} did not send {what} within {limit:.3g}s")
+            await slot.failed(err)
+            raise err from None
+        except GatewayError as err:
+            await slot.failed(err)
+            raise
+        except BaseException as exc:
+            slot.release()
+            record.outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
+            record.error = record.error or type(exc).__name__
+            raise
+        elapsed_ms = (time.monotonic() - started) * 1000
+        record.outcome, record.status, record.latency_ms = "ok", 200, elapsed_ms
+        ctx.extra_headers["x-inferplex-deployment"] = key
+        ctx.extra_headers["x-inferplex-service-tier"] = opts.service_tier
+        if probe:  # only a probe can close a breaker; a closed one needs no news (and Redis no round trip)
+            await self.cooldowns.success(key)
+        if opts.stream and isinstance(result, tuple) and len(result) == 2:
+            stats.observe_ttft(elapsed_ms)
+            head, rest = result
+            stamp(head, opts.service_tier)
+            stall = d.timeouts.stall or provider_t.read
+            watched = WatchedStream(rest, slot, stall=stall, ends_at=ends_at, tier=opts.service_tier)
+            return cast(T, (head, watched))
+        if isinstance(result, dict):
+            stamp(result, opts.service_tier)
+            usage = result.get("usage")
+            if isinstance(usage, dict) and isinstance(usage.get("total_tokens"), int):
+                window.note_tokens(usage["total_tokens"])
+        stats.observe_ttft(elapsed_ms)
+        slot.release()
+        return result
+
+
+def build_router(config: Config, catalog: Catalog) -> Router:
+    """The router for a configuration: cooldowns shared through Redis when a URL is configured.
+
+    The URL is `routing.redis_url`, else the accounts store's `storage.redis_url` when that section exists.
+    """
+    url = config.routing.redis_url or getattr(getattr(config, "storage", None), "redis_url", None)
+    cooldowns: Cooldowns = RedisCooldowns(url, config.routing.redis_prefix) if url else MemoryCooldowns()
+    return Router(catalog, cooldowns)

@@ -1,0 +1,6 @@
+"""Persistent state: the database engine, its tables and migrations, and the stores built on them.
+
+Keys, accounts, the credit ledger and the usage log live in one SQL database (SQLite by default,
+PostgreSQL through a URL). Each store is a small class over the shared `Database`, with one contract test
+suite run against both engines.
+"""

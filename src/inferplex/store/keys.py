@@ -1,0 +1,127 @@
+"""API keys as stored: a SHA-256 hex digest of the secret, never the secret itself."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from inferplex.store import tables as t
+from inferplex.store.engine import Database
+
+
+@dataclass(slots=True)
+class KeyRecord:
+    id: str
+    hash: str
+    prefix: str
+    name: str
+    account_id: str | None = None
+    scopes: list[str] = field(default_factory=list)
+    allowed_models: list[str] = field(default_factory=list)
+    allowed_ips: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+    expires_at: float | None = None
+    revoked_at: float | None = None
+    created_at: float = field(default_factory=time.time)
+
+    def public(self) -> dict[str, Any]:
+        """What the admin API shows: everything but the digest."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "hash"}
+
+
+@dataclass(frozen=True, slots=True)
+class AccountLimits:
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrent: int | None = None
+
+
+_COLUMNS = [f.name for f in fields(KeyRecord)]
+EDITABLE = frozenset(
+    {"name", "scopes", "allowed_models", "allowed_ips", "tags", "metadata", "rpm", "tpm", "max_concurrent", "expires_at"}
+)
+
+
+def _record(row: Any) -> KeyRecord:
+    return KeyRecord(**{c: row._mapping[c] for c in _COLUMNS})
+
+
+class KeyStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def create(self, record: KeyRecord) -> None:
+        async with self.db.begin() as conn:
+            await conn.execute(insert(t.api_keys).values({c: getattr(record, c) for c in _COLUMNS}))
+
+    async def by_hash(self, digest: str) -> tuple[KeyRecord, AccountLimits] | None:
+        """The key with this digest and its account's limits: one indexed query per authentication."""
+        a = t.accounts
+        query = (
+            select(t.api_keys, a.c.rpm.label("a_rpm"), a.c.tpm.label("a_tpm"), a.c.max_concurrent.label("a_mc"))
+            .outerjoin(a, a.c.id == t.api_keys.c.account_id)
+            .where(t.api_keys.c.hash == digest)
+        )
+        return await self._with_account(query)
+
+    async def by_id_with_account(self, key_id: str) -> tuple[KeyRecord, AccountLimits] | None:
+        a = t.accounts
+        query = (
+            select(t.api_keys, a.c.rpm.label("a_rpm"), a.c.tpm.label("a_tpm"), a.c.max_concurrent.label("a_mc"))
+            .outerjoin(a, a.c.id == t.api_keys.c.account_id)
+            .where(t.api_keys.c.id == key_id)
+        )
+        return await self._with_account(query)
+
+    async def _with_account(self, query: Any) -> tuple[KeyRecord, AccountLimits] | None:
+        async with self.db.begin() as conn:
+            row = (await conn.execute(query)).first()
+        if row is None:
+            return None
+        m = row._mapping
+        return _record(row), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])
+
+    async def get(self, key_id: str) -> KeyRecord | None:
+        async with self.db.begin() as conn:
+            row = (await conn.execute(select(t.api_keys).where(t.api_keys.c.id == key_id))).first()
+        return None if row is None else _record(row)
+
+    async def list(self, account_id: str | None = None) -> list[KeyRecord]:
+        query = select(t.api_keys).order_by(t.api_keys.c.created_at, t.api_keys.c.id)
+        if account_id is not None:
+            query = query.where(t.api_keys.c.account_id == account_id)
+        async with self.db.begin() as conn:
+            return [_record(r) for r in (await conn.execute(query)).all()]
+
+    async def update(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:
+        values = {k: v for k, v in changes.items() if k in EDITABLE}
+        if values:
+            async with self.db.begin() as conn:
+                await conn.execute(update(t.api_keys).where(t.api_keys.c.id == key_id).values(values))
+        return await self.get(key_id)
+
+    async def revoke(self, key_id: str) -> KeyRecord | None:
+        async with self.db.begin() as conn:
+            await conn.execute(
+                update(t.api_keys)
+                .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=time.time())
+            )
+        return await self.get(key_id)
+
+    async def rotate(self, key_id: str, digest: str, prefix: str) -> KeyRecord | None:
+        """Replace the secret; the old one stops working at once (its digest no longer matches any row)."""
+        async with self.db.begin() as conn:
+            result = await conn.execute(
+                update(t.api_keys)
+                .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
+                .values(hash=digest, prefix=prefix)
+            )
+        return await self.get(key_id) if result.rowcount else None

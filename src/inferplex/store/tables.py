@@ -1,0 +1,89 @@
+"""The schema, as SQLAlchemy Core tables. Migrations (store/migrations) create exactly this.
+
+Money columns are BIGINT micro-USD. Times are float UNIX seconds: one representation on every engine, and
+cheap to compare. JSON columns hold lists and small mappings (scopes, patterns, tags, metadata).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, BigInteger, Column, Float, Index, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+accounts = Table(
+    "accounts",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("balance_micros", BigInteger, nullable=False, default=0),
+    Column("rpm", Integer),
+    Column("tpm", Integer),
+    Column("max_concurrent", Integer),
+    Column("created_at", Float, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("hash", String(64), nullable=False, unique=True),
+    Column("prefix", String(16), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("account_id", String(40), index=True),
+    Column("scopes", JSON, nullable=False),
+    Column("allowed_models", JSON, nullable=False),
+    Column("allowed_ips", JSON, nullable=False),
+    Column("tags", JSON, nullable=False),
+    Column("metadata", JSON, nullable=False),
+    Column("rpm", Integer),
+    Column("tpm", Integer),
+    Column("max_concurrent", Integer),
+    Column("expires_at", Float),
+    Column("revoked_at", Float),
+    Column("created_at", Float, nullable=False),
+)
+
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("account_id", String(40), nullable=False),
+    Column("kind", String(16), nullable=False),  # reserve | settle | topup | refund
+    Column("amount_micros", BigInteger, nullable=False),  # signed: what the row adds to the balance
+    Column("request_id", String(64)),
+    Column("key_id", String(40)),
+    Column("note", Text),
+    Column("created_at", Float, nullable=False),
+    Index("ix_ledger_account_id", "account_id", "id"),
+)
+
+usage = Table(
+    "usage",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("request_id", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("key_id", String(40)),
+    Column("account_id", String(40)),
+    Column("model", String(200)),
+    Column("provider", String(200)),
+    Column("deployment", String(200)),
+    Column("status", Integer, nullable=False),
+    Column("prompt_tokens", Integer, nullable=False, default=0),
+    Column("completion_tokens", Integer, nullable=False, default=0),
+    Column("cached_tokens", Integer, nullable=False, default=0),
+    Column("estimated", Integer, nullable=False, default=0),  # 1 when tokens were estimated (cut stream)
+    Column("cost_micros", BigInteger, nullable=False, default=0),
+    Column("total_ms", Float),
+    Column("upstream_ms", Float),
+    Column("ttft_ms", Float),
+    Column("queued_ms", Float),
+    Column("tags", JSON, nullable=False),
+    Column("end_user", String(200)),
+    Column("request_body", JSON),
+    Column("response_body", JSON),
+    Index("ix_usage_key_time", "key_id", "created_at"),
+    Index("ix_usage_model_time", "model", "created_at"),
+    Index("ix_usage_account_time", "account_id", "created_at"),
+    Index("ix_usage_time", "created_at"),
+)

@@ -1,0 +1,100 @@
+"""The usage table: rows appended in batches by `usage_log.UsageLog`, read by the admin API and CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Select, func, insert, select
+
+from inferplex.store import tables as t
+from inferplex.store.engine import Database
+
+GROUPS = ("day", "model", "key", "account", "tag")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageFilter:
+    key_id: str | None = None
+    account_id: str | None = None
+    model: str | None = None
+    since: float | None = None
+    until: float | None = None
+
+    def apply(self, query: Select[Any]) -> Select[Any]:
+        u = t.usage.c
+        if self.key_id is not None:
+            query = query.where(u.key_id == self.key_id)
+        if self.account_id is not None:
+            query = query.where(u.account_id == self.account_id)
+        if self.model is not None:
+            query = query.where(u.model == self.model)
+        if self.since is not None:
+            query = query.where(u.created_at >= self.since)
+        if self.until is not None:
+            query = query.where(u.created_at < self.until)
+        return query
+
+
+class UsageStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def append(self, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            async with self.db.begin() as conn:
+                await conn.execute(insert(t.usage), rows)
+
+    async def rows(self, where: UsageFilter, limit: int = 100) -> list[dict[str, Any]]:
+        query = where.apply(select(t.usage)).order_by(t.usage.c.created_at.desc(), t.usage.c.id.desc()).limit(limit)
+        async with self.db.begin() as conn:
+            return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+
+    async def totals(self, by: str, where: UsageFilter) -> list[dict[str, Any]]:
+        """Requests, tokens and cost grouped by day (UTC), model, key, account, or tag."""
+        if by not in GROUPS:
+            raise ValueError(f"cannot group usage by {by!r} (choose from {', '.join(GROUPS)})")
+        u = t.usage.c
+        measures = [
+            func.count().label("requests"),
+            func.coalesce(func.sum(u.prompt_tokens), 0).label("prompt_tokens"),
+            func.coalesce(func.sum(u.completion_tokens), 0).label("completion_tokens"),
+            func.coalesce(func.sum(u.cached_tokens), 0).label("cached_tokens"),
+            func.coalesce(func.sum(u.cost_micros), 0).label("cost_micros"),
+        ]
+        if by == "tag":
+            return await self._by_tag(where)
+        group: Any
+        if by == "day":
+            group = func.floor(u.created_at / 86400)
+        else:
+            group = {"model": u.model, "key": u.key_id, "account": u.account_id}[by]
+        query = where.apply(select(group.label("group"), *measures)).group_by(group).order_by(group)
+        async with self.db.begin() as conn:
+            rows = [dict(r._mapping) for r in (await conn.execute(query)).all()]
+        for r in rows:
+            for k in ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros"):
+                r[k] = int(r[k])
+            if by == "day":
+                r["group"] = dt.datetime.fromtimestamp(int(r["group"]) * 86400, dt.UTC).date().isoformat()
+        return rows
+
+    async def _by_tag(self, where: UsageFilter) -> list[dict[str, Any]]:
+        """Tags are a JSON list per row: grouped here, in Python, to stay portable across engines."""
+        u = t.usage.c
+        query = where.apply(select(u.tags, u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cost_micros))
+        out: dict[str, dict[str, Any]] = {}
+        async with self.db.begin() as conn:
+            result = await conn.execute(query)
+            for row in result.all():
+                for tag in row.tags or ():
+                    acc = out.setdefault(
+                        tag,
+                        {"group": tag, "requests": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                         "cached_tokens": 0, "cost_micros": 0},
+                    )
+                    acc["requests"] += 1
+                    for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros"):
+                        acc[k] += int(getattr(row, k))
+        return [out[k] for k in sorted(out)]

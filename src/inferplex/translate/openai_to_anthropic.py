@@ -1,0 +1,388 @@
+"""Canonical (OpenAI Chat Completions) <-> Anthropic Messages API, for the outbound Anthropic adapter.
+
+`build_request` turns a canonical request into a Messages body: system and developer messages become the
+top-level `system`, tool results become `tool_result` blocks in a user turn, consecutive same-role turns are
+merged (Anthropic wants user/assistant alternation), images become base64 or URL sources, `cache_control`
+and `thinking` pass through. `to_completion` and `AnthropicStream` turn the answer back into OpenAI's shape;
+any stop reason, block type or event this code does not know is ignored or mapped to its nearest meaning,
+never a crash, so a new Anthropic feature cannot break a running gateway.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
+from inferplex.errors import GatewayError, InvalidRequest
+from inferplex.providers.failures import from_error_type
+
+Chunk = dict[str, Any]
+
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+
+def finish_reason(stop_reason: Any) -> str:
+    """Anthropic's stop_reason as an OpenAI finish_reason; unknown (or missing) reasons read as `stop`."""
+    return FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
+
+
+def _extra(model: Any, key: str) -> Any:
+    return (model.model_extra or {}).get(key)
+
+
+def _data_url(url: str) -> tuple[str, str] | None:
+    """(media_type, base64 data) from a `data:` URL, or None for an ordinary URL."""
+    if not url.startswith("data:"):
+        return None
+    head, sep, data = url[5:].partition(",")
+    if not sep or not head.endswith(";base64"):
+        raise InvalidRequest("Image data URLs must be base64 encoded (data:<type>;base64,...).", param="messages")
+    return head.removesuffix(";base64"), data
+
+
+def _part_block(part: ContentPart) -> dict[str, Any] | None:
+    block: dict[str, Any] | None
+    if part.type == "text":
+        block = {"type": "text", "text": part.text or ""}
+    elif part.type == "image_url":
+        url = str((part.image_url or {})["url"])
+        inline = _data_url(url)
+        source = (
+            {"type": "base64", "media_type": inline[0], "data": inline[1]} if inline else {"type": "url", "url": url}
+        )
+        block = {"type": "image", "source": source}
+    elif part.type == "file":
+        data = str((part.file or {}).get("file_data") or "")
+        inline = _data_url(data) if data else None
+        if inline is None:
+            raise InvalidRequest("File parts must carry file_data as a base64 data URL.", param="messages")
+        block = {"type": "document", "source": {"type": "base64", "media_type": inline[0], "data": inline[1]}}
+    elif part.type == "refusal":
+        block = {"type": "text", "text": part.refusal or ""}
+    else:
+        return None  # input_audio: `capabilities.plan` refuses it before translation
+    if _extra(part, "cache_control") is not None:
+        block["cache_control"] = _extra(part, "cache_control")
+    return block
+
+
+def _blocks(content: str | list[ContentPart] | None) -> list[dict[str, Any]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return [b for b in (_part_block(p) for p in content) if b is not None]
+
+
+def _arguments(raw: str, where: str) -> Any:
+    try:
+        return orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError:
+        raise InvalidRequest(f"{where}: tool call arguments must be JSON.", param=where) from None
+
+
+def _message_blocks(m: Message, i: int) -> tuple[str, list[dict[str, Any]]]:
+    """(anthropic role, content blocks) for one non-system canonical message."""
+    if m.role == "tool":
+        content = m.content if isinstance(m.content, str) else _blocks(m.content)
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": content}
+        if _extra(m, "is_error"):
+            block["is_error"] = True
+        return "user", [block]
+    if m.role == "assistant":
+        blocks = [dict(b) for b in _extra(m, "thinking_blocks") or () if isinstance(b, dict)]
+        blocks += _blocks(m.content)
+        if m.refusal and not m.content:
+            blocks.append({"type": "text", "text": m.refusal})
+        for j, call in enumerate(m.tool_calls or ()):
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": call.id,
+                    "name": call.function.name,
+                    "input": _arguments(call.function.arguments, f"messages[{i}].tool_calls[{j}].function.arguments"),
+                }
+            )
+        return "assistant", blocks
+    return "user", _blocks(m.content)  # user, and the legacy `function` role
+
+
+def _system(messages: list[Message]) -> str | list[dict[str, Any]] | None:
+    system = [m for m in messages if m.role in ("system", "developer")]
+    if not system:
+        return None
+    if len(system) == 1 and isinstance(system[0].content, str):
+        return system[0].content
+    blocks: list[dict[str, Any]] = []
+    for m in system:
+        blocks += _blocks(m.content)
+    return blocks
+
+
+def build_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Conversation turns, consecutive same-role turns merged, single plain texts kept as strings."""
+    turns: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if m.role in ("system", "developer"):
+            continue
+        role, blocks = _message_blocks(m, i)
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += blocks
+        else:
+            turns.append({"role": role, "content": blocks, "_string": isinstance(m.content, str)})
+    for turn in turns:
+        content = turn["content"]
+        plain = turn.pop("_string")
+        if plain and len(content) == 1 and content[0]["type"] == "text" and len(content[0]) == 2:
+            turn["content"] = content[0]["text"]
+    return turns
+
+
+def _tool(tool: Any) -> dict[str, Any]:
+    fn = tool.function
+    out: dict[str, Any] = {"name": fn.name, "input_schema": fn.parameters or {"type": "object", "properties": {}}}
+    if fn.description:
+        out["description"] = fn.description
+    if fn.strict:
+        out["strict"] = True
+    if _extra(tool, "cache_control") is not None:
+        out["cache_control"] = _extra(tool, "cache_control")
+    return out
+
+
+def _tool_choice(request: ChatRequest) -> dict[str, Any] | None:
+    choice = request.tool_choice
+    out: dict[str, Any] | None
+    if choice is None:
+        out = None
+    elif choice == "none":
+        return {"type": "none"}
+    elif choice == "required":
+        out = {"type": "any"}
+    elif choice == "auto":
+        out = {"type": "auto"}
+    else:
+        assert isinstance(choice, NamedToolChoice)
+        name = (choice.function or {}).get("name")
+        if not isinstance(name, str):
+            raise InvalidRequest("tool_choice must name a function.", param="tool_choice")
+        out = {"type": "tool", "name": name}
+    if request.parallel_tool_calls is False and request.tools:
+        out = out or {"type": "auto"}
+        out["disable_parallel_tool_use"] = True
+    return out
+
+
+def build_request(request: ChatRequest, upstream_model: str, default_max_tokens: int, *, stream: bool) -> Chunk:
+    """The Messages API body for a canonical request that `capabilities.plan` has already trimmed."""
+    body: dict[str, Any] = {
+        "model": upstream_model,
+        "max_tokens": request.output_limit or default_max_tokens,
+        "messages": build_messages(request.messages),
+    }
+    system = _system(request.messages)
+    if system is not None:
+        body["system"] = system
+    if request.stop_list:
+        body["stop_sequences"] = request.stop_list
+    for name in ("temperature", "top_p"):
+        if getattr(request, name) is not None:
+            body[name] = getattr(request, name)
+    for name in ("top_k", "thinking", "cache_control", "service_tier"):
+        if _extra(request, name) is not None:
+            body[name] = _extra(request, name)
+    if request.tools:
+        body["tools"] = [_tool(t) for t in request.tools if t.function is not None]
+    choice = _tool_choice(request)
+    if choice is not None and request.tools:
+        body["tool_choice"] = choice
+    if request.user:
+        body["metadata"] = {"user_id": request.user}
+    fmt = request.response_format
+    if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
+        body["output_config"] = {"format": {"type": "json_schema", "schema": fmt.json_schema.schema_ or {}}}
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def usage(data: Any) -> dict[str, Any]:
+    """OpenAI usage from Anthropic's: prompt_tokens counts all input, cached or not; cache writes kept apart."""
+    u = data if isinstance(data, dict) else {}
+    fresh = int(u.get("input_tokens") or 0)
+    read = int(u.get("cache_read_input_tokens") or 0)
+    written = int(u.get("cache_creation_input_tokens") or 0)
+    output = int(u.get("output_tokens") or 0)
+    prompt = fresh + read + written
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": output,
+        "total_tokens": prompt + output,
+        "prompt_tokens_details": {"cached_tokens": read},
+        "cache_creation_input_tokens": written,
+    }
+
+
+def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
+    args = orjson.dumps(block.get("input") if block.get("input") is not None else {}).decode()
+    function = {"name": block.get("name", ""), "arguments": args}
+    return {"id": block.get("id", ""), "type": "function", "function": function}
+
+
+def to_completion(data: Any, public_model: str) -> Chunk:
+    """A `chat.completion` from a Messages API response."""
+    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+        raise from_error_type("api_error", "the provider's response has no content")
+    texts: list[str] = []
+    thinking: list[str] = []
+    thinking_blocks: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for block in data["content"]:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            texts.append(str(block.get("text", "")))
+        elif kind == "thinking":
+            thinking.append(str(block.get("thinking", "")))
+            thinking_blocks.append(block)
+        elif kind == "redacted_thinking":
+            thinking_blocks.append(block)
+        elif kind == "tool_use":
+            calls.append(_tool_call(block))
+        # server tool blocks and unknown types carry nothing an OpenAI client can read
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": "".join(texts) if texts or not calls else None,
+        "refusal": None,
+    }
+    if calls:
+        message["tool_calls"] = calls
+    if thinking:
+        message["reasoning_content"] = "".join(thinking)
+    if thinking_blocks:
+        message["thinking_blocks"] = thinking_blocks
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason(data.get("stop_reason"))}
+    _stop_sequence(choice, data.get("stop_sequence"))
+    return {
+        "id": str(data.get("id") or "msg"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": public_model,
+        "choices": [choice],
+        "usage": usage(data.get("usage")),
+    }
+
+
+def _stop_sequence(choice: dict[str, Any], sequence: Any) -> None:
+    """Keep which stop sequence ended the answer (as vLLM's `stop_reason` does), for a faithful round trip."""
+    if isinstance(sequence, str):
+        choice["stop_reason"] = sequence
+
+
+def stream_error(data: Any) -> GatewayError:
+    """The gateway error for an `error` event inside an Anthropic stream."""
+    err = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(err, dict):
+        return from_error_type("api_error", "the provider failed mid-stream")
+    return from_error_type(str(err.get("type") or "api_error"), str(err.get("message") or "the provider failed"))
+
+
+class AnthropicStream:
+    """Translates one Messages API event stream into `chat.completion.chunk` dicts.
+
+    Anthropic numbers content blocks across text and tool use; OpenAI numbers tool calls alone. The map
+    from block index to tool-call index, the usage seen so far and whether the stream finished live here.
+    """
+
+    def __init__(self, public_model: str) -> None:
+        self.model = public_model
+        self.id = "msg"
+        self.created = int(time.time())
+        self.tool_index: dict[int, int] = {}
+        self.usage: dict[str, Any] = {}
+        self.done = False
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> Chunk:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+
+    def feed(self, event: str, data: Any) -> list[Chunk]:
+        """Chunks for one SSE event (`event` is the SSE event name; `data` its decoded JSON)."""
+        kind = data.get("type", event) if isinstance(data, dict) else event
+        if kind == "error":
+            raise stream_error(data)
+        if not isinstance(data, dict):
+            return []
+        if kind == "message_start":
+            message = data.get("message") or {}
+            self.id = str(message.get("id") or self.id)
+            self.usage.update({k: v for k, v in (message.get("usage") or {}).items() if v is not None})
+            return [self._chunk({"role": "assistant", "content": ""})]
+        if kind == "content_block_start":
+            return self._block_start(int(data.get("index", 0)), data.get("content_block") or {})
+        if kind == "content_block_delta":
+            return self._block_delta(int(data.get("index", 0)), data.get("delta") or {})
+        if kind == "message_delta":
+            self.usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+            delta = data.get("delta") or {}
+            chunk = self._chunk({}, finish_reason(delta.get("stop_reason")))
+            _stop_sequence(chunk["choices"][0], delta.get("stop_sequence"))
+            return [chunk]
+        if kind == "message_stop":
+            self.done = True
+            return [
+                {
+                    "id": self.id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.model,
+                    "choices": [],
+                    "usage": usage(self.usage),
+                }
+            ]
+        return []  # ping, content_block_stop, and event types added after this was written
+
+    def _block_start(self, index: int, block: dict[str, Any]) -> list[Chunk]:
+        kind = block.get("type")
+        if kind == "tool_use":
+            position = self.tool_index[index] = len(self.tool_index)
+            call = {
+                "index": position,
+                "id": block.get("id", ""),
+                "type": "function",
+                "function": {"name": block.get("name", ""), "arguments": ""},
+            }
+            return [self._chunk({"tool_calls": [call]})]
+        if kind == "text" and block.get("text"):
+            return [self._chunk({"content": block["text"]})]
+        if kind == "thinking" and block.get("thinking"):
+            return [self._chunk({"reasoning_content": block["thinking"]})]
+        return []
+
+    def _block_delta(self, index: int, delta: dict[str, Any]) -> list[Chunk]:
+        kind = delta.get("type")
+        if kind == "text_delta":
+            return [self._chunk({"content": delta.get("text", "")})]
+        if kind == "thinking_delta":
+            return [self._chunk({"reasoning_content": delta.get("thinking", "")})]
+        if kind == "signature_delta":
+            return [self._chunk({"reasoning_signature": delta.get("signature", "")})]
+        if kind == "input_json_delta" and index in self.tool_index and delta.get("partial_json"):
+            piece = {"index": self.tool_index[index], "function": {"arguments": delta.get("partial_json", "")}}
+            return [self._chunk({"tool_calls": [piece]})]
+        return []  # citations_delta and unknown delta types

@@ -1,0 +1,76 @@
+"""The usage log: one row per request, written off the request path in batches.
+
+`record` only appends to an in-memory queue; a background task drains it into the database in batches, so
+a slow database never slows a request. `aclose` (called from the app's shutdown) drains what is left, so a
+graceful shutdown loses no rows. If the queue is full (the database is down for a long time), the oldest
+rows are kept and new ones are dropped with a warning rather than growing memory without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, Protocol
+
+log = logging.getLogger("inferplex.usage")
+
+
+class UsageSink(Protocol):
+    async def append(self, rows: list[dict[str, Any]]) -> None: ...
+
+
+class UsageLog:
+    def __init__(self, sink: UsageSink, *, batch_size: int = 500, interval_s: float = 0.2, max_queued: int = 100_000):
+        self.sink = sink
+        self.batch_size = batch_size
+        self.interval_s = interval_s
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(max_queued)
+        self._task: asyncio.Task[None] | None = None
+        self._pending: list[dict[str, Any]] = []  # taken from the queue, not yet written
+        self.dropped = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="usage-log-flusher")
+
+    def record(self, row: dict[str, Any]) -> None:
+        try:
+            self._queue.put_nowait(row)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            log.warning("usage log queue full: dropped the row for request %s", row.get("request_id"))
+
+    async def _run(self) -> None:
+        while True:
+            self._pending = [await self._queue.get()]
+            await asyncio.sleep(self.interval_s)  # let a batch gather
+            self._pending += self._take(self.batch_size - 1)
+            await self._write(self._pending)
+            self._pending = []
+
+    def _take(self, n: int) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        while len(rows) < n and not self._queue.empty():
+            rows.append(self._queue.get_nowait())
+        return rows
+
+    async def _write(self, rows: list[dict[str, Any]]) -> None:
+        try:
+            await self.sink.append(rows)
+        except Exception:
+            log.exception("could not write %d usage rows", len(rows))
+
+    async def flush(self) -> None:
+        if self._pending:
+            rows, self._pending = self._pending, []
+            await self._write(rows)
+        while not self._queue.empty():
+            await self._write(self._take(self.batch_size))
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.flush()

@@ -1,0 +1,1 @@
+"""Native providers (Anthropic, Gemini, Azure, Bedrock) and the Anthropic dialect."""
