@@ -1,10 +1,12 @@
 """The gateway-core benchmark (`make bench`): the gateway against a fast fake upstream, direct calls measured
 in the same run, a markdown table out.
 
-    .venv/bin/python bench/run.py                 # everything, about 2 minutes
-    .venv/bin/python bench/run.py --quick         # short runs, a smoke test of the harness (~40 s)
+    .venv/bin/python bench/run.py                    # everything, about 70 s
+    .venv/bin/python bench/run.py --quick            # short runs, a check of the harness (~30 s)
     .venv/bin/python bench/run.py --server granian   # the same app under granian instead of uvicorn
-    .venv/bin/python bench/run.py --profile       # plus a py-spy profile of the gateway under wrk load
+    .venv/bin/python bench/run.py --server reference # a minimal aiohttp proxy instead, to calibrate
+    .venv/bin/python bench/run.py --profile          # plus py-spy profiles of the gateway under wrk load
+    .venv/bin/python bench/run.py --gc freeze,50000  # garbage-collector experiment (bench/asgi_app.py)
 
 What runs (all on 127.0.0.1, every phase bounded in time):
 - two fake upstreams (bench/upstream.py): 0 ms latency (throughput, streams) and 50 ms (latency test);
@@ -38,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -70,8 +73,10 @@ providers:
 models:
   - name: bench-model
     deployments: [{{provider: fake, model: upstream-model}}]
+    pricing: {{free: true}}
   - name: bench-model-50ms
     deployments: [{{provider: fake50, model: upstream-model}}]
+    pricing: {{free: true}}
 """
 
 
@@ -79,10 +84,16 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports (all bound at once, so they cannot repeat)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def loadavg() -> str:
@@ -135,10 +146,10 @@ class Proc:
         except OSError:
             return ""
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.p.poll() is None:
             try:
-                os.killpg(self.p.pid, signal.SIGTERM)
+                os.killpg(self.p.pid, sig)
             except ProcessLookupError:
                 pass
             try:
@@ -411,7 +422,7 @@ def table(r: dict[str, Any]) -> str:
         rows.append(
             f"| streamed throughput, wrk -c50, streams/s | - | {fmt(d['rps'], '', 0)} | {fmt(g['rps'], '', 0)} "
             f"(gateway CPU {g['cpu_pct']:.0f}%, {g['cpu_us_per_req']:.0f} µs/stream) | "
-            f"{fmt(ratio, 'x', 2)} of direct | |"
+            f"{fmt(ratio, 'x', 2)} of direct; errors: {g['non_2xx']} non-2xx, {g['socket_errors']} socket | |"
         )
     if "latency" in r:
         lat = r["latency"]
@@ -460,12 +471,29 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def busy_note(r: dict[str, Any]) -> list[str]:
+    """A warning when other processes competed for the cores: the gateway, saturated by wrk, got well under
+    its whole core, or the load average was high before this run started (its own load comes after)."""
+    cores = os.cpu_count() or 1
+    before = float(r["loadavg_before"].split()[0])
+    share = r.get("throughput", {}).get("gateway", {}).get("cpu_pct")
+    if before < 0.5 * cores and (share is None or share >= 90):
+        return []
+    got = f"the gateway had {share:.0f}% of its core under full load; " if share is not None else ""
+    return [
+        f"**Busy machine**: {got}load average {before:.1f} on {cores} cores before the run. Throughput and "
+        "tail latency are pessimistic; CPU µs per request is the figure least affected."
+    ]
+
+
 def report(r: dict[str, Any]) -> str:
     lines = [
         f"Run {r['started']} → {r['finished']} UTC, {r['host']}; load average (1/5/15 min) before "
         f"{r['loadavg_before']}, after {r['loadavg_after']}.",
         f"Gateway: {r['server']} ({r['gateway_cmd']}); source {r['source']}. Pinning: {r['pinning']}.",
         f"Command: `{r['command']}`",
+        *([f"Garbage collector over the whole run: {r['gc'].removeprefix('gc: ')}"] if "gc" in r else []),
+        *busy_note(r),
         "",
         table(r),
     ]
@@ -483,8 +511,11 @@ def git_rev() -> str:
         return "unknown"
 
 
-def gateway_command(server: str, port: int, config: Path, pin: Pinning) -> list[str]:
+def gateway_command(server: str, port: int, config: Path, pin: Pinning, gc_mode: str | None = None) -> list[str]:
     base = pin.prefix(pin.gateway)
+    if server == "uvicorn" and gc_mode is not None:
+        # Same app and uvicorn settings as `inferplex serve`, through the bench launcher that can tune the GC.
+        return [*base, sys.executable, str(HERE / "asgi_app.py"), "uvicorn", str(port)]
     if server == "uvicorn":
         return [*base, str(VENV_BIN / "inferplex"), "serve", "--config", str(config), "--port", str(port)]
     if server == "granian":
@@ -516,6 +547,12 @@ def main() -> int:
     ap.add_argument("--rps", type=float, default=100)
     ap.add_argument("--ttfb-n", type=int, default=500)
     ap.add_argument("--profile", action="store_true", help="also record py-spy profiles (flamegraph + raw)")
+    ap.add_argument(
+        "--gc",
+        metavar="MODE",
+        help="experiment: run the app through bench/asgi_app.py with BENCH_GC=MODE (default | freeze | "
+        "freeze,50000 | 50000) and report the time spent in garbage collection",
+    )
     ap.add_argument("--no-pin", action="store_true", help="do not pin processes to cores")
     ap.add_argument("--src", help="benchmark the inferplex package from this src/ directory instead")
     ap.add_argument("--out", default=str(HERE / "results"))
@@ -544,7 +581,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="inferplex-bench-") as tmp, ExitStack() as stack:
         tmpdir = Path(tmp)
-        fast, slow, gport = free_port(), free_port(), free_port()
+        fast, slow, gport = free_ports(3)
         env = dict(os.environ, BENCH_KEY=KEY, BENCH_UPSTREAM_KEY=UPSTREAM_KEY, PYTHONUNBUFFERED="1")
         env.pop("INFERPLEX_CONFIG", None)
         if args.src:
@@ -552,6 +589,12 @@ def main() -> int:
         config = tmpdir / "bench.yaml"
         config.write_text(CONFIG.format(fast=fast, slow=slow, data_dir=tmpdir / "data"))
         env["BENCH_CONFIG"] = str(config)
+        if args.gc is not None:
+            if args.server != "uvicorn":
+                raise SystemExit("--gc works with --server uvicorn")
+            env["BENCH_GC"] = "" if args.gc == "default" else args.gc
+            env["BENCH_GC_STATS"] = "1"
+            r["server"] = f"uvicorn via bench/asgi_app.py, BENCH_GC={args.gc}"
 
         def start(name: str, cmd: list[str]) -> Proc:
             p = Proc(name, cmd, env, tmpdir)
@@ -561,7 +604,7 @@ def main() -> int:
         up = [sys.executable, str(HERE / "upstream.py")]
         up_fast = start("upstream-0ms", [*pin.prefix(pin.load), *up, "--port", str(fast)])
         up_slow = start("upstream-50ms", [*pin.prefix(pin.load), *up, "--port", str(slow), "--latency-ms", "50"])
-        gw_cmd = gateway_command(args.server, gport, config, pin)
+        gw_cmd = gateway_command(args.server, gport, config, pin, args.gc)
         r["gateway_cmd"] = " ".join(gw_cmd).replace(str(config), "<tmp>/bench.yaml").replace(str(ROOT) + "/", "")
         gw = start("gateway", gw_cmd)
         pin.pin_self()
@@ -591,6 +634,12 @@ def main() -> int:
         log(f"gateway RSS after the runs {r['memory']['VmRSS']:.1f} MB (peak {r['memory']['VmHWM']:.1f})")
         if args.profile:
             r["profile"] = profile(g_url, gw, pin, max(args.duration, 5), outdir, stamp)
+        if args.gc is not None:
+            # The launcher prints its collector statistics at exit; uvicorn re-raises SIGTERM after its
+            # shutdown (no atexit then), but SIGINT ends in KeyboardInterrupt, so atexit runs.
+            gw.stop(signal.SIGINT)
+            r["gc"] = next((line for line in gw.tail(50).splitlines() if line.startswith("gc:")), "gc: no report")
+            log(r["gc"])
         r["finished"] = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
         r["loadavg_after"] = loadavg()
 

@@ -39,10 +39,19 @@ def openai_config(fake: FakeOpenAI, **server: Any) -> dict[str, Any]:
             "name": n,
             "deployments": [{"provider": "fake", "model": n if n != "echo-model" else "gpt-echo"}],
             "context_window": 8192,
+            "capabilities": {"vision": True},
             "pricing": {"input": "0.15", "output": "0.60"},
         }
         for n in names
     ]
+    models.append(
+        {
+            "name": "text-only",
+            "deployments": [{"provider": "fake", "model": "gpt-echo"}],
+            "capabilities": {"vision": False, "tools": False},
+            "pricing": {"input": "0.15", "output": "0.60"},
+        }
+    )
     models.append(
         {
             "name": "embed-model",

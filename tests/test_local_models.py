@@ -222,7 +222,9 @@ def test_waiting_for_the_model_is_reported_as_queued(local_gateway: GatewayServe
     results: dict[str, httpx.Response] = {}
 
     def call(name: str) -> None:
-        results[name] = httpx.post(local_gateway.base_url + "/chat/completions", json=body, headers=local_gateway.auth)
+        results[name] = httpx.post(
+            local_gateway.base_url + "/chat/completions", json=body, headers=local_gateway.auth, timeout=120
+        )
 
     first = threading.Thread(target=call, args=("first",))
     first.start()
@@ -230,4 +232,8 @@ def test_waiting_for_the_model_is_reported_as_queued(local_gateway: GatewayServe
     call("second")
     first.join(30)
     assert results["first"].status_code == results["second"].status_code == 200
-    assert float(results["second"].headers["x-inferplex-queued-ms"]) > 20
+    queued = float(results["second"].headers["x-inferplex-queued-ms"])
+    assert queued > 20
+    timings = results["second"].json()["timings"]
+    assert timings["queued_ms"] == pytest.approx(queued, abs=0.01)
+    assert timings["total_ms"] >= timings["queued_ms"] + timings["upstream_ms"]

@@ -180,7 +180,7 @@ def test_upstream_unreachable_is_502() -> None:
         "providers": [
             {"name": "gone", "base_url": f"http://127.0.0.1:{free_port()}/v1", "api_key": "env:FAKE_UPSTREAM_KEY"}
         ],
-        "models": [{"name": "m", "deployments": [{"provider": "gone", "model": "m"}]}],
+        "models": [{"name": "m", "deployments": [{"provider": "gone", "model": "m"}], "pricing": {"free": True}}],
     }
     with GatewayServer(config) as gw:
         err = assert_error(post(gw, {"model": "m", "messages": MSG}), 502, "api_error", "upstream_error")

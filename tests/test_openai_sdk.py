@@ -261,3 +261,30 @@ def test_endpoints_list(gateway: GatewayServer) -> None:
 
 def test_health_needs_no_key(gateway: GatewayServer) -> None:
     assert httpx.get(gateway.url + "/health").json() == {"status": "ok"}
+
+
+IMAGE_MESSAGE = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "what is this"},
+            {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+        ],
+    }
+]
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+def test_text_only_model_drops_images_and_tools_and_names_them(client: openai.OpenAI, fake_openai: FakeOpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(model="text-only", messages=IMAGE_MESSAGE, tools=TOOLS)
+    assert raw.http_response.headers["x-inferplex-dropped-params"] == "image_url,tools"
+    sent = fake_openai.state.last().body
+    assert sent["messages"][0]["content"] == [{"type": "text", "text": "what is this"}]
+    assert "tools" not in sent
+    assert raw.parse().choices[0].message.content == "echo: what is this"
+
+
+def test_text_only_model_refuses_when_drop_params_is_false(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="text-only", messages=IMAGE_MESSAGE, extra_body={"drop_params": False})
+    assert caught.value.body["param"] == "image_url"  # type: ignore[index]

@@ -17,7 +17,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inferplex.auth import Authenticator, MasterKeyAuth
+from inferplex.accounts.wiring import AccountServices
+from inferplex.admin import routes as admin_routes
+from inferplex.auth import Authenticator
 from inferplex.catalog import Catalog
 from inferplex.config import Config
 from inferplex.dialects import anthropic as anthropic_dialect
@@ -28,6 +30,7 @@ from inferplex.dialects import unify as unify_dialect
 from inferplex.edge import json_response
 from inferplex.errors import GatewayError, NotFound
 from inferplex.pipeline import Pipeline
+from inferplex.processors.chain import gateway_factory
 from inferplex.providers.base import Adapter
 from inferplex.providers.http import new_session
 from inferplex.providers.registry import load_factory
@@ -76,11 +79,16 @@ def create_app(config: Config, master_key: str) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        accounts = app.state.accounts = await AccountServices.start(config, master_key)
         session = new_session()
         adapters = build_adapters(config, Resources(session, config))
         router = build_router(config, catalog)
         app.state.services = Services(
-            Pipeline(catalog, adapters, router=router), MasterKeyAuth(master_key), config.server.max_body_bytes
+            Pipeline(
+                catalog, adapters, guard=accounts.guard, router=router, processors=gateway_factory(catalog, router)
+            ),
+            accounts.auth,
+            config.server.max_body_bytes,
         )
         try:
             yield
@@ -89,7 +97,9 @@ def create_app(config: Config, master_key: str) -> Starlette:
             for adapter in adapters.values():
                 await adapter.aclose()
             await session.close()
+            await accounts.aclose()
 
     routes = [Route("/health", _health, methods=["GET"]), *openai_dialect.routes, *anthropic_dialect.routes]
     routes += [*oneinfer_dialect.routes, *unify_dialect.routes, *inferexchange_dialect.routes]
+    routes += admin_routes.routes
     return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})

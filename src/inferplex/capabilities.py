@@ -54,6 +54,8 @@ class ProviderCapabilities:
     stop: Support = N
     prompt_caching: Support = N
     reasoning: Support = N
+    reasoning_effort: Support = N
+    openai_options: Support = N
     notes: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -65,7 +67,13 @@ _SCALARS: dict[str, tuple[str, ...]] = {
     "presence_penalty": ("presence_penalty",),
     "logit_bias": ("logit_bias",),
     "stop": ("stop",),
+    "reasoning_effort": ("reasoning_effort",),
+    # OpenAI-only request options with no counterpart elsewhere (audio output, predicted outputs, ...)
+    "openai_options": ("modalities", "audio", "prediction", "web_search_options", "store", "verbosity"),
 }
+
+# Values that ask for nothing, so need no support: `store: false`, text-only `modalities`.
+_HARMLESS: tuple[Any, ...] = (None, False, ["text"])
 
 # What a json_object request becomes when it has to be emulated with a forced tool.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -80,6 +88,23 @@ class Plan:
     fan_out: int = 1
     json_tool: JsonTool | None = None
     buffered_stream: bool = False
+    cleared: tuple[str, ...] = ()  # request fields removed or rewritten
+
+    def trim_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """The caller's raw JSON with the same removals, for adapters that forward raw JSON (Azure)."""
+        out = {k: v for k, v in raw.items() if k not in self.cleared or k == "messages"}
+        dropped_parts: set[str] = {p for p in ("image_url", "input_audio") if p in self.dropped}
+        if dropped_parts and isinstance(out.get("messages"), list):
+            out["messages"] = [_raw_without(m, dropped_parts) for m in out["messages"]]
+        return out
+
+
+def _raw_without(message: Any, part_types: set[str]) -> Any:
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return message
+    kept = [p for p in content if not (isinstance(p, dict) and p.get("type") in part_types)]
+    return {**message, "content": kept or [{"type": "text", "text": ""}]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +172,7 @@ def plan(
         support = getattr(provider, feature)
         if support is not Support.NATIVE:
             for name in names:
-                if name in set_fields and getattr(request, name) not in (None, False):
+                if name in set_fields and getattr(request, name, None) not in _HARMLESS:
                     d.cannot(name, support, f"honour {name}")
     fan_out = 1
     if request.n is not None and request.n > 1:
@@ -179,7 +204,7 @@ def plan(
     if stream and not (model.streaming and provider.streaming is Support.NATIVE):
         buffered_stream = True
     req = request.model_copy(update=d.updates) if d.updates else request
-    return Plan(req, tuple(d.dropped), fan_out, json_tool, buffered_stream)
+    return Plan(req, tuple(d.dropped), fan_out, json_tool, buffered_stream, tuple(d.updates))
 
 
 def _json_plan(
@@ -226,6 +251,8 @@ _LABELS = {
     "stop": "stop",
     "prompt_caching": "prompt caching",
     "reasoning": "reasoning output",
+    "reasoning_effort": "reasoning_effort",
+    "openai_options": "OpenAI-only options (modalities, audio, prediction, web_search_options, store, verbosity)",
 }
 
 

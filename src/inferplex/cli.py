@@ -9,8 +9,8 @@ import secrets
 import sys
 from pathlib import Path
 
-from inferplex import __version__
-from inferplex.config import Config, ConfigError, load_config, parse_config
+from inferplex import __version__, cli_admin
+from inferplex.config import Config, ConfigError, check_pricing, load_config, parse_config
 from inferplex.defaults import DEFAULT_CHAT_MODEL, DEFAULT_CONFIG
 
 
@@ -44,6 +44,7 @@ def _check(path: str) -> int:
     from inferplex.providers.http import new_session
 
     config = load_config(path)
+    check_pricing(config, path)
 
     async def build() -> None:
         session = new_session()
@@ -64,6 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
     from inferplex.app import create_app
 
     config, source = _load(args.config)
+    check_pricing(config, source)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     key = master_key(config)
@@ -103,10 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     config_sub = config.add_subparsers(dest="config_command", required=True)
     check = config_sub.add_parser("check", help="validate a config file and exit")
     check.add_argument("file")
+    cli_admin.register(sub)
     args = parser.parse_args(argv)
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command in cli_admin.COMMANDS:
+            return cli_admin.run(args, _load(args.config)[0])
         return _check(args.file)
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)

@@ -168,11 +168,39 @@ class ServerConfig(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class StorageConfig(_Strict):
+    """Where keys, credits and usage live (SQL), and what replicas share for limits (Redis, optional).
+
+    Without `database_url`, an SQLite file in `server.data_dir`. Without `redis_url`, limits are per replica.
+    `redis_failure`: when Redis is unreachable, `open` admits requests unlimited, `closed` refuses them (503).
+    """
+
+    database_url: str | None = None
+    redis_url: str | None = None
+    redis_prefix: str = "inferplex:limits:"
+    redis_failure: Literal["open", "closed"] = "open"
+    redis_timeout_s: float = Field(0.25, gt=0)
+
+
+class AccountsConfig(_Strict):
+    """API keys, credits and limits (docs/accounts.md)."""
+
+    trusted_proxies: list[str] = Field(default_factory=list)
+    default_max_tokens: int = Field(4096, gt=0)
+    max_queue_wait_s: float = Field(10.0, ge=0)
+    log_query_body: bool = False
+    log_response_body: bool = False
+    token_ttl_s: int = Field(3600, gt=0)
+    token_secret: Secret | None = None
+
+
 class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     providers: list[ProviderConfig] = Field(default_factory=list)
     models: list[ModelConfig] = Field(default_factory=list)
     routing: RoutingStoreConfig = Field(default_factory=RoutingStoreConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    accounts: AccountsConfig = Field(default_factory=AccountsConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Config:
@@ -216,12 +244,28 @@ def _check_routing(models: list[ModelConfig]) -> None:
                 ids.add(d.id)
 
 
+def check_pricing(config: Config, source: str) -> None:
+    """Every model has a price (its own, or one per deployment) or is marked free: a model nobody priced
+    would otherwise be given away without anyone deciding so. Checked when the server starts and by
+    `inferplex config check` (not by `parse_config`, so partial configs built in code stay usable)."""
+    for i, m in enumerate(config.models):
+        own = "pricing" in m.model_fields_set and (
+            m.pricing.free or bool({"input", "output"} & m.pricing.model_fields_set)
+        )
+        if not own and not all(d.pricing is not None for d in m.deployments):
+            raise ConfigError(
+                f"{source}: invalid configuration\n  models[{i}].pricing: model {m.name!r} has no price: set "
+                "pricing.input and pricing.output (USD per million tokens), or pricing.free: true"
+            )
+
+
 def _format_error(source: str, exc: ValidationError) -> str:
     lines = [f"{source}: invalid configuration"]
     for err in exc.errors():
         loc = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[")
         msg = err["msg"].removeprefix("Value error, ")
-        lines.append(f"  {loc or '(top level)'}: {msg}")
+        # Cross-field checks run on the whole file and name their own field at the start of the message.
+        lines.append(f"  {loc}: {msg}" if loc else f"  {msg}")
     return "\n".join(lines)
 
 

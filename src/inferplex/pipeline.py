@@ -25,6 +25,7 @@ from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
 from inferplex.errors import UpstreamError
+from inferplex.processors.replay import completion_chunks, replay
 from inferplex.providers.base import Adapter, CallInfo, Chunk, Target
 from inferplex.routing.options import route_options
 from inferplex.timings import Timings
@@ -76,9 +77,8 @@ class Context:
             out["x-inferplex-attempts"] = str(self.attempts)
         if self.info.dropped_params:
             out["x-inferplex-dropped-params"] = ",".join(self.info.dropped_params)
-        queued = self.timings.queued_ms + self.info.queued_ms
-        if queued > 0:
-            out["x-inferplex-queued-ms"] = f"{queued:.2f}"
+        if self.timings.queued_ms > 0:
+            out["x-inferplex-queued-ms"] = f"{self.timings.queued_ms:.2f}"
         if self.cost_micros is not None:
             out["x-inferplex-cost-micros"] = str(self.cost_micros)
         out.update(self.extra_headers)
@@ -118,9 +118,18 @@ class ProcessorRun(Protocol):
         self, ctx: Context, request: ChatRequest, raw: dict[str, Any]
     ) -> tuple[ChatRequest, dict[str, Any]]: ...
 
-    async def post(self, ctx: Context, response: Chunk) -> Chunk: ...
+    async def post(
+        self, ctx: Context, response: Chunk, again: Callable[[ChatRequest, dict[str, Any]], Awaitable[Chunk]]
+    ) -> Chunk:
+        """Runs on the buffered answer; `again(request, raw)` calls the model once more (a retry)."""
+        ...
 
     def stream(self, ctx: Context, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]: ...
+
+    @property
+    def buffered(self) -> bool:
+        """True when a processor needs the whole answer: a stream is then served from a buffered call."""
+        ...
 
 
 class _Settled:
@@ -228,6 +237,17 @@ async def _first_chunk(chunks: AsyncIterator[Chunk], target: Target) -> Chunk:
         raise
 
 
+def add_usage(total: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Two calls' token counts added up (a processor's retry is billed with the request)."""
+    if not total or not more:
+        return total or more
+    out = dict(total)
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        if isinstance(more.get(key), int):
+            out[key] = int(out.get(key) or 0) + more[key]
+    return out
+
+
 # ---- the pipeline -----------------------------------------------------------------------------------------
 
 
@@ -266,10 +286,23 @@ class Pipeline:
 
     async def chat(self, request: ChatRequest, raw: dict[str, Any], ctx: Context) -> Chunk:
         request, raw, run, resolved, admission = await self._prepare(ctx, request, raw)
+        return await self._complete(ctx, request, raw, run, resolved, admission)
 
+    async def _complete(
+        self,
+        ctx: Context,
+        request: ChatRequest,
+        raw: dict[str, Any],
+        run: ProcessorRun | None,
+        resolved: Resolved,
+        admission: Admission,
+    ) -> Chunk:
         async def call(target: Target) -> Chunk:
             ctx.timings.mark_upstream_start()
-            return await self.adapters[target.provider.name].chat(request, raw, target, ctx.info)
+            ctx.info.queued_ms = 0.0
+            response = await self.adapters[target.provider.name].chat(request, raw, target, ctx.info)
+            ctx.timings.absorb_queue(ctx.info.queued_ms)
+            return response
 
         try:
             response = await self.router.run(ctx, resolved, call)
@@ -278,18 +311,40 @@ class Pipeline:
             raise
         ctx.timings.mark_upstream_end()
         ctx.usage = response.get("usage")
-        await admission.settle(ctx, ctx.usage, failed=False)
-        if run is not None:
-            response = await run.post(ctx, response)
-        return response
+        if run is None:
+            await admission.settle(ctx, ctx.usage, failed=False)
+            return response
+
+        async def again(retry: ChatRequest, retry_raw: dict[str, Any]) -> Chunk:
+            """A processor's retry: same routing and admission; its usage adds to the request's."""
+            answer = await self.router.run(
+                ctx, resolved, lambda t: self.adapters[t.provider.name].chat(retry, retry_raw, t, ctx.info)
+            )
+            ctx.timings.mark_upstream_end()
+            ctx.usage = add_usage(ctx.usage, answer.get("usage"))
+            return answer
+
+        try:
+            return await run.post(ctx, response, again)
+        finally:
+            await admission.settle(ctx, ctx.usage, failed=False)
 
     async def chat_stream(self, request: ChatRequest, raw: dict[str, Any], ctx: Context) -> ChatStream:
         request, raw, run, resolved, admission = await self._prepare(ctx, request, raw)
+        if run is not None and run.buffered:
+            # A processor needs the whole answer: call buffered, then replay the result as a stream.
+            request = request.model_copy(update={"stream": False, "stream_options": None})
+            raw = {k: v for k, v in raw.items() if k not in ("stream", "stream_options")}
+            chunks = completion_chunks(await self._complete(ctx, request, raw, run, resolved, admission))
+            return ChatStream(chunks[0], replay(chunks[1:]), ctx, _Settled())
 
         async def call(target: Target) -> tuple[Chunk, AsyncIterator[Chunk]]:
             ctx.timings.mark_upstream_start()
+            ctx.info.queued_ms = 0.0
             chunks = self.adapters[target.provider.name].chat_stream(request, raw, target, ctx.info)
-            return await _first_chunk(chunks, target), chunks
+            first = await _first_chunk(chunks, target)
+            ctx.timings.absorb_queue(ctx.info.queued_ms)
+            return first, chunks
 
         try:
             first, rest = await self.router.run(ctx, resolved, call)

@@ -22,6 +22,12 @@ class Timings:
     def mark_upstream_start(self) -> None:
         self.upstream_start = time.perf_counter()
 
+    def absorb_queue(self, queued_ms: float) -> None:
+        """A wait inside the adapter (a local model's queue) counts as queueing, not as upstream time."""
+        if queued_ms > 0:
+            self.queued_ms += queued_ms
+            self.upstream_start += queued_ms / 1000
+
     def mark_first_token(self) -> None:
         if not self.first_token:
             self.first_token = time.perf_counter()

@@ -28,6 +28,7 @@ class UsageLog:
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(max_queued)
         self._task: asyncio.Task[None] | None = None
         self._pending: list[dict[str, Any]] = []  # taken from the queue, not yet written
+        self._lock = asyncio.Lock()
         self.dropped = 0
 
     def start(self) -> None:
@@ -42,30 +43,31 @@ class UsageLog:
 
     async def _run(self) -> None:
         while True:
-            self._pending = [await self._queue.get()]
+            self._pending.append(await self._queue.get())
             await asyncio.sleep(self.interval_s)  # let a batch gather
-            self._pending += self._take(self.batch_size - 1)
-            await self._write(self._pending)
-            self._pending = []
-
-    def _take(self, n: int) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        while len(rows) < n and not self._queue.empty():
-            rows.append(self._queue.get_nowait())
-        return rows
-
-    async def _write(self, rows: list[dict[str, Any]]) -> None:
-        try:
-            await self.sink.append(rows)
-        except Exception:
-            log.exception("could not write %d usage rows", len(rows))
+            # shielded: a shutdown cancelling this task never interrupts a write; aclose then waits for it.
+            await asyncio.shield(self.flush())
 
     async def flush(self) -> None:
-        if self._pending:
+        """Write everything queued so far (also called by readers that want their own rows visible)."""
+        async with self._lock:
             rows, self._pending = self._pending, []
-            await self._write(rows)
-        while not self._queue.empty():
-            await self._write(self._take(self.batch_size))
+            while not self._queue.empty():
+                rows.append(self._queue.get_nowait())
+            for i in range(0, len(rows), self.batch_size):
+                await self._write(rows[i : i + self.batch_size])
+
+    async def _write(self, rows: list[dict[str, Any]]) -> None:
+        for attempt in range(3):
+            try:
+                await self.sink.append(rows)
+                return
+            except Exception:
+                if attempt == 2:
+                    log.exception("could not write %d usage rows; they are lost", len(rows))
+                    return
+                log.warning("could not write %d usage rows; retrying", len(rows), exc_info=True)
+                await asyncio.sleep(0.1 * (attempt + 1))
 
     async def aclose(self) -> None:
         if self._task is not None:

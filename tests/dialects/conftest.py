@@ -40,11 +40,12 @@ def _model(name: str, *deployments: dict[str, Any], **extra: Any) -> dict[str, A
     return {"name": name, "deployments": list(deployments), **extra}
 
 
-def seed_config(openai_fake: FakeOpenAI, anthropic: FakeAnthropic, byok: FakeOpenAI) -> dict[str, Any]:
+def seed_config(openai_fake: FakeOpenAI, anthropic: FakeAnthropic, byok: FakeOpenAI, data_dir: str) -> dict[str, Any]:
     openai_like = {"kind": "openai", "api_key": "env:FAKE_UPSTREAM_KEY", "timeouts": {"connect": 2, "read": 5}}
     no_retry = {"retries": 0}
+    free = {"free": True}
     return {
-        "server": {"max_body_bytes": 64 * 1024},
+        "server": {"max_body_bytes": 64 * 1024, "data_dir": data_dir},
         "providers": [
             {"name": "openai", "base_url": openai_fake.base_url, **openai_like},
             {"name": "groq", "base_url": openai_fake.base_url, **openai_like},
@@ -71,11 +72,13 @@ def seed_config(openai_fake: FakeOpenAI, anthropic: FakeAnthropic, byok: FakeOpe
                 context_window=131072,
                 pricing={"input": "0.05", "output": "0.08"},
             ),
-            _model("byok-model", {"provider": "byok", "model": "gpt-4o-mini"}, routing=no_retry),
-            _model("tiny-context", {"provider": "openai", "model": "echo-tiny"}, context_window=5),
-            _model("error-500", {"provider": "openai", "model": "error-500"}, routing=no_retry),
-            _model("die-midstream", {"provider": "openai", "model": "die-midstream"}, routing=no_retry),
-            _model("embed-model", {"provider": "openai", "model": "text-embedding-fake"}, type="embedding"),
+            _model("byok-model", {"provider": "byok", "model": "gpt-4o-mini"}, routing=no_retry, pricing=free),
+            _model("tiny-context", {"provider": "openai", "model": "ctx-tiny"}, context_window=5, pricing=free),
+            _model("error-500", {"provider": "openai", "model": "error-500"}, routing=no_retry, pricing=free),
+            _model("die-midstream", {"provider": "openai", "model": "die-midstream"}, routing=no_retry, pricing=free),
+            _model(
+                "embed-model", {"provider": "openai", "model": "text-embedding-fake"}, type="embedding", pricing=free
+            ),
         ],
     }
 
@@ -90,7 +93,12 @@ def _seed_keys() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def seed_gateway(
-    fake_openai: FakeOpenAI, seed_anthropic: FakeAnthropic, byok_openai: FakeOpenAI
+    fake_openai: FakeOpenAI,
+    seed_anthropic: FakeAnthropic,
+    byok_openai: FakeOpenAI,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[GatewayServer]:
-    with GatewayServer(seed_config(fake_openai, seed_anthropic, byok_openai)) as server:
+    """Keys, credits and usage in an SQLite file of its own (the default store, in `server.data_dir`)."""
+    data_dir = str(tmp_path_factory.mktemp("seed-gateway"))
+    with GatewayServer(seed_config(fake_openai, seed_anthropic, byok_openai, data_dir)) as server:
         yield server

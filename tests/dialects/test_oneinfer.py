@@ -164,7 +164,7 @@ def test_max_tokens_truncates_with_finish_reason_length(seed_gateway: GatewaySer
 
 
 def test_context_length_full_when_the_window_is_used(seed_gateway: GatewayServer) -> None:
-    data = assert_success(post(seed_gateway, {"provider": "openai", "model": "echo-tiny", "messages": USER}))
+    data = assert_success(post(seed_gateway, {"provider": "openai", "model": "ctx-tiny", "messages": USER}))
     assert data["usage"]["total_tokens"] >= 5 and data["is_context_length_full"] is True
 
 

@@ -110,6 +110,13 @@ def validate(body: Any, *, count: bool = False) -> str | None:
         return "max_tokens: Field required"
     if not count and not 0 <= body.get("temperature", 0) <= 1:
         return "temperature: Input should be less than or equal to 1"
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens", 0)
+        if budget < 1024:
+            return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+        if not count and budget >= body["max_tokens"]:
+            return "`max_tokens` must be greater than `thinking.budget_tokens`."
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: Field required"

@@ -8,7 +8,8 @@ with `alt=sse` (one `data:` JSON per event, `\\r\\n` line ends, no terminator), 
 
 Behaviour by model name: `*echo*` echoes the last user text; `*tool*` calls the first allowed function
 (`*parallel*`: two); `*safety*` stops with SAFETY; `*blocked*` blocks the prompt; `*think*` adds a thought
-part; `*sig*` signs its first call and rejects a history whose call lost its `thoughtSignature`; `*cache*` reports cached tokens; `*future*` an unknown part and finish reason; `*error-<code>*` fails.
+part; `*sig*` signs its first call and rejects a history whose call lost its `thoughtSignature`;
+`*cache*` reports cached tokens; `*future*` an unknown part and finish reason; `*error-<code>*` fails.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ TensorZero's dummy provider does:
 - `die-midstream`: stream two content chunks, then drop the connection
 - `slow-stream`: stream one chunk every 50 ms for 30 s, noting when the client went away
 - `hang`: accept the request and never answer
+- `echo-tiny-*`: echo the last user message verbatim (no prefix), streamed 1-3 characters per chunk
+- `json-fix-*`: answer `not json` until the conversation holds an assistant turn, then `{"ok": true}`
+- `sleep-<ms>`: wait that long, then echo; requests in flight are counted (`in_flight`, `max_in_flight`)
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class FakeState:
     requests: list[Recorded] = field(default_factory=list)
     disconnects: list[float] = field(default_factory=list)
     stream_started: list[float] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
 
     def last(self, path_suffix: str = "/chat/completions") -> Recorded:
         return next(r for r in reversed(self.requests) if r.path.endswith(path_suffix))
@@ -102,6 +107,26 @@ def _reply(body: dict[str, Any]) -> tuple[str, str, int, int]:
     return " ".join(words), finish, prompt_tokens, len(words)
 
 
+def _verbatim(body: dict[str, Any]) -> str | None:
+    """The answer of the verbatim behaviours (`echo-tiny-*`, `json-fix-*`), or None for the others."""
+    model = body["model"]
+    if model.startswith("echo-tiny"):
+        last_user = next((m for m in reversed(body["messages"]) if m["role"] == "user"), body["messages"][-1])
+        return _text_of(last_user)
+    if model.startswith("json-fix"):
+        return '{"ok": true}' if any(m["role"] == "assistant" for m in body["messages"]) else "not json"
+    return None
+
+
+def _tiny_pieces(text: str) -> list[str]:
+    pieces, at, size = [], 0, 1
+    while at < len(text):
+        pieces.append(text[at : at + size])
+        at += size
+        size = size % 3 + 1
+    return pieces
+
+
 def _completion(body: dict[str, Any]) -> dict[str, Any]:
     model = body["model"]
     created = int(time.time())
@@ -119,6 +144,9 @@ def _completion(body: dict[str, Any]) -> dict[str, Any]:
         finish, pt, ct = "tool_calls", 20, 9
     else:
         content, finish, pt, ct = _reply(body)
+        verbatim = _verbatim(body)
+        if verbatim is not None:
+            content, finish, ct = verbatim, "stop", _words(verbatim)
         message = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
     n = body.get("n") or 1
     return {
@@ -185,6 +213,13 @@ class FakeOpenAI:
             return _error(status, f"fake upstream failure {status}", "server_error", headers=headers)
         if model == "hang":
             await asyncio.sleep(3600)
+        if model.startswith("sleep-"):
+            self.state.in_flight += 1
+            self.state.max_in_flight = max(self.state.max_in_flight, self.state.in_flight)
+            try:
+                await asyncio.sleep(int(model.split("-", 1)[1]) / 1000)
+            finally:
+                self.state.in_flight -= 1
         if not body.get("stream"):
             return web.Response(body=orjson.dumps(_completion(body)), content_type="application/json")
         return await self._stream(request, body)
@@ -224,8 +259,14 @@ class FakeOpenAI:
                 await self._finish(resp, model, include_usage, 20, 9)
                 return resp
             content, finish, pt, ct = _reply(body)
-            for i, word in enumerate(content.split(" ")):
-                await resp.write(_chunk(model, {"content": word if i == 0 else " " + word}, usage=include_usage))
+            verbatim = _verbatim(body)
+            if verbatim is not None:
+                finish, ct = "stop", _words(verbatim)
+                for piece in _tiny_pieces(verbatim):
+                    await resp.write(_chunk(model, {"content": piece}, usage=include_usage))
+            else:
+                for i, word in enumerate(content.split(" ")):
+                    await resp.write(_chunk(model, {"content": word if i == 0 else " " + word}, usage=include_usage))
             await resp.write(_chunk(model, {}, finish, usage=include_usage))
             await self._finish(resp, model, include_usage, pt, ct)
         except (ConnectionResetError, asyncio.CancelledError):

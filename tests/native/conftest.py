@@ -131,6 +131,7 @@ def native_config(
         _model("azure-filtered", "azure", "filtered"),
         _model("azure-prompt-filtered", "azure", "prompt-filtered"),
         _model("azure-missing", "azure", "missing"),
+        _model("azure-text", "azure", "gpt4o-prod", capabilities={"tools": False, "streaming": False}),
         _model("gpt-tool", "openai-fake", "tool-model"),
     ]
     return {

@@ -311,3 +311,51 @@ def test_bundled_local_model(local_gateway: GatewayServer) -> None:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text and final.usage.output_tokens > 0
+
+
+def test_anthropic_only_features_reach_an_anthropic_target(
+    client: anthropic.Anthropic, fake_anthropic: FakeAnthropic, fake_openai: FakeOpenAI
+) -> None:
+    search: Any = {"type": "web_search_20250305", "name": "web_search", "max_uses": 2}
+    client.beta.messages.create(
+        model="claude-echo",
+        max_tokens=20,
+        messages=[{"role": "user", "content": "x"}],
+        tools=[WEATHER, search],
+        betas=["context-1m-2025-08-07"],
+        extra_body={"service_tier": "standard_only", "container": "ctr_1"},
+    )
+    sent = fake_anthropic.last()
+    assert sent.body["tools"][1] == search and sent.body["tools"][0]["name"] == "get_weather"
+    assert sent.body["service_tier"] == "standard_only" and sent.body["container"] == "ctr_1"
+    assert sent.headers["anthropic-beta"] == "context-1m-2025-08-07"
+    raw = client.beta.messages.with_raw_response.create(
+        model="gpt-echo",
+        max_tokens=20,
+        messages=[{"role": "user", "content": "x"}],
+        tools=[WEATHER, search],
+        betas=["context-1m-2025-08-07"],
+    )
+    assert raw.http_response.headers["x-inferplex-dropped-params"] == "anthropic-beta,server_tools"
+    assert [t["function"]["name"] for t in fake_openai.state.last().body["tools"]] == ["get_weather"]
+
+
+@pytest.mark.parametrize("model", ["gpt-tool", "claude-tool", "gemini-tool", "bedrock-tool"])
+def test_streamed_tool_use_from_every_kind_of_upstream(client: anthropic.Anthropic, model: str) -> None:
+    with client.messages.stream(
+        model=model, max_tokens=100, tools=[WEATHER], messages=[{"role": "user", "content": "weather?"}]
+    ) as stream:
+        final = stream.get_final_message()
+    calls = [b for b in final.content if b.type == "tool_use"]
+    assert final.stop_reason == "tool_use" and calls[0].name == "get_weather" and calls[0].input == {"city": "Paris"}
+    assert final.usage.output_tokens > 0
+
+
+@pytest.mark.parametrize(("model", "dropped"), [("bedrock-think", None), ("bedrock-llama", "top_k")])
+def test_top_k_is_honoured_only_where_the_family_takes_it(
+    client: anthropic.Anthropic, model: str, dropped: str | None
+) -> None:
+    raw = client.messages.with_raw_response.create(
+        model=model, max_tokens=20, messages=[{"role": "user", "content": "x"}], extra_body={"top_k": 3}
+    )
+    assert raw.http_response.headers.get("x-inferplex-dropped-params") == dropped

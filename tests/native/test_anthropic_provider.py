@@ -337,3 +337,23 @@ def test_a_caller_hanging_up_cancels_the_upstream(
         time.sleep(0.02)
     assert len(fake_anthropic.disconnects) > before, "the upstream request was not cancelled"
     assert fake_anthropic.disconnects[-1] - left < 1.0
+
+
+def test_reasoning_effort_and_openai_only_options(client: openai.OpenAI, fake_anthropic: FakeAnthropic) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="claude-think",
+        messages=[{"role": "user", "content": "x"}],
+        reasoning_effort="medium",
+        max_completion_tokens=50,
+        store=False,
+        extra_body={"modalities": ["text", "audio"]},
+    )
+    assert (raw.parse().choices[0].message.model_extra or {})["reasoning_content"] == "Let me think."
+    sent = fake_anthropic.last().body
+    assert sent["thinking"] == {"type": "enabled", "budget_tokens": 8192} and sent["max_tokens"] == 8242
+    assert raw.http_response.headers["x-inferplex-dropped-params"] == "modalities"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(
+            model="claude-echo", messages=[{"role": "user", "content": "x"}], extra_body={"reasoning_effort": "max"}
+        )
+    assert err.value.body["param"] == "reasoning_effort"  # type: ignore[index]

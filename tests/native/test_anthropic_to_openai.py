@@ -270,3 +270,22 @@ def test_stream_writer_with_nothing_and_errors() -> None:
     assert names == ["message_start", "ping", "message_delta", "message_stop"]
     ((name, data),) = _events(writer.error("overloaded_error", "busy"))
     assert name == "error" and data == {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+
+
+def test_server_tools_and_unknown_fields_ride_along_for_an_anthropic_target() -> None:
+    search = {"type": "web_search_20250305", "name": "web_search"}
+    full, raw = canonical(
+        tools=[search],
+        tool_choice={"type": "auto"},
+        container="ctr",
+        output_config={"effort": "low"},
+        metadata={"user_id": "u", "tag": "x"},
+    )
+    assert full["anthropic_extra"] == {
+        "container": "ctr",
+        "tools": [search],
+        "tool_choice": {"type": "auto"},
+        "output_config": {"effort": "low"},
+        "metadata": {"user_id": "u", "tag": "x"},
+    }
+    assert "tools" not in full and "anthropic_extra" not in raw and full["user"] == "u"

@@ -70,3 +70,24 @@ def test_anthropic_dialect_in_front_of_azure(native_gateway: GatewayServer) -> N
         model="azure-filtered", max_tokens=20, messages=[{"role": "user", "content": "x"}]
     )
     assert filtered.stop_reason == "refusal"
+
+
+def test_model_capabilities_narrow_what_azure_is_sent(client: openai.OpenAI, fake_azure: FakeAzure) -> None:
+    image: Any = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    tools: Any = [{"type": "function", "function": {"name": "f"}}]
+    raw = client.chat.completions.with_raw_response.create(
+        model="azure-text", messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}], tools=tools
+    )
+    assert raw.http_response.headers["x-inferplex-dropped-params"] == "image_url,tools"
+    sent = fake_azure.last().body
+    assert "tools" not in sent and sent["messages"][0]["content"] == [{"type": "text", "text": "hi"}]
+    chunks = list(
+        client.chat.completions.create(
+            model="azure-text",
+            messages=[{"role": "user", "content": "a b"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "echo: a b"
+    assert chunks[-1].usage is not None and "stream" not in fake_azure.last().body

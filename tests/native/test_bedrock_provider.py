@@ -153,3 +153,11 @@ def test_anthropic_dialect_in_front_of_bedrock(native_gateway: GatewayServer) ->
         final = s.get_final_message()
     assert [b.type for b in final.content] == ["thinking", "text"]
     assert final.content[0].signature == "sig-b"  # type: ignore[union-attr]
+
+
+def test_unsupported_options_are_named(client: openai.OpenAI, fake_bedrock: FakeBedrock) -> None:
+    raw = client.chat.completions.with_raw_response.create(
+        model="bedrock-llama", messages=[{"role": "user", "content": "x"}], reasoning_effort="high", seed=4
+    )
+    assert raw.http_response.headers["x-inferplex-dropped-params"] == "reasoning_effort,seed"
+    assert set(fake_bedrock.last().body) == {"messages", "inferenceConfig"}

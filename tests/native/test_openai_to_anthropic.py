@@ -93,6 +93,11 @@ REQUEST_CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}},
         {"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
     ),
+    (
+        "reasoning_effort -> thinking budget added to max_tokens",
+        {"reasoning_effort": "low", "max_tokens": 100},
+        {"thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 2148},
+    ),
 ]
 
 

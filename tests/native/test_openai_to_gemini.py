@@ -109,6 +109,11 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
         {"response_format": {"type": "json_object"}},
         {"generationConfig": {"responseMimeType": "application/json"}},
     ),
+    (
+        "reasoning_effort -> thinkingBudget",
+        {"reasoning_effort": "none"},
+        {"generationConfig": {"thinkingConfig": {"thinkingBudget": 0}}},
+    ),
 ]
 
 

@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,4 +74,9 @@ def load_secret(configured: str | None, data_dir: str) -> bytes:
         else:
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32) + "\n")
-    return path.read_text().strip().encode()
+    for _ in range(100):  # another replica may have created the file an instant before writing it
+        text = path.read_text().strip()
+        if text:
+            return text.encode()
+        time.sleep(0.01)
+    raise RuntimeError(f"{path} is empty: delete it or configure accounts.token_secret")

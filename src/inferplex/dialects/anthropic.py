@@ -29,6 +29,7 @@ from inferplex.pipeline import ChatStream, Context
 from inferplex.providers.failures import UpstreamOverloaded
 from inferplex.streaming import SSEResponse
 from inferplex.translate.anthropic_to_openai import MessageStreamWriter, error_body, to_canonical, to_message
+from inferplex.translate.openai_to_bedrock import family as bedrock_family
 
 if TYPE_CHECKING:
     from inferplex.app import Services
@@ -46,10 +47,11 @@ _TYPES = {
 }
 
 # Anthropic-only request details, and the provider kinds that honour them; elsewhere they are dropped.
+# On Bedrock only the Anthropic family takes them (through additionalModelRequestFields and cachePoint).
 _HONOURED = {
-    "thinking": {"anthropic", "bedrock"},
-    "top_k": {"anthropic", "bedrock", "gemini"},
-    "cache_control": {"anthropic", "bedrock"},
+    "thinking": {"anthropic", "bedrock:anthropic"},
+    "top_k": {"anthropic", "bedrock:anthropic", "gemini"},
+    "cache_control": {"anthropic", "bedrock:anthropic"},
 }
 
 
@@ -89,10 +91,15 @@ def _note_dropped(ctx: Context, full: dict[str, Any]) -> None:
     if ctx.target is None:
         return
     kind = ctx.target.provider.kind
+    if kind == "bedrock":
+        kind = "bedrock:" + bedrock_family(ctx.target.upstream_model)
     used: list[str] = [k for k in ("thinking", "top_k") if k in full]
     if _uses_cache_control(full):
         used.append("cache_control")
     lost = [k for k in used if kind not in _HONOURED[k]]
+    if kind != "anthropic":
+        extra = full.get("anthropic_extra") or {}
+        lost += ["anthropic-beta" if k == "betas" else "server_tools" if k == "tools" else k for k in extra]
     if lost:
         ctx.info.dropped_params = sorted({*ctx.info.dropped_params, *lost})
 
@@ -120,8 +127,11 @@ async def render_stream(stream: ChatStream, writer: MessageStreamWriter) -> Asyn
         await stream.aclose()
 
 
-def _canonical(wire: CountTokensRequest) -> tuple[dict[str, Any], dict[str, Any], ChatRequest]:
+def _canonical(wire: CountTokensRequest, request: Request) -> tuple[dict[str, Any], dict[str, Any], ChatRequest]:
     full, raw = to_canonical(wire)
+    betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()]
+    if betas:
+        full.setdefault("anthropic_extra", {})["betas"] = betas
     return full, raw, parse(ChatRequest, full)
 
 
@@ -129,7 +139,7 @@ async def messages(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     body = await read_json(request, services.max_body_bytes)
     wire: MessagesRequest = parse(MessagesRequest, body)
-    full, raw, chat = _canonical(wire)
+    full, raw, chat = _canonical(wire, request)
     if wire.stream:
         stream = await services.pipeline.chat_stream(chat, raw, ctx)
         _note_dropped(ctx, full)
@@ -146,7 +156,7 @@ async def count_tokens(request: Request, ctx: Context) -> Response:
     wire: CountTokensRequest = parse(CountTokensRequest, body)
     if not wire.messages:
         raise InvalidRequest("messages: at least one message is required", param="messages")
-    full, _, chat = _canonical(wire)
+    full, _, chat = _canonical(wire, request)
     resolved = services.pipeline.catalog.resolve(chat.model, chat.provider_name)
     ctx.principal.require_model(resolved.model.name)
     target = ctx.target = resolved.targets[0]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Open(BaseModel):
@@ -98,12 +98,24 @@ class MessageParam(_Open):
 
 
 class ToolParam(_Open):
+    """A client tool (`input_schema`), or a server tool (`type` such as `web_search_20250305`)."""
+
     name: str = Field(min_length=1, max_length=128)
     description: str | None = None
-    input_schema: dict[str, Any]
-    type: Literal["custom"] | None = None
+    input_schema: dict[str, Any] | None = None
+    type: str | None = None
     cache_control: dict[str, Any] | None = None
     strict: bool | None = None
+
+    @property
+    def is_server_tool(self) -> bool:
+        return self.type not in (None, "custom")
+
+    @model_validator(mode="after")
+    def _schema_present(self) -> ToolParam:
+        if not self.is_server_tool and self.input_schema is None:
+            raise ValueError("input_schema: Field required")
+        return self
 
 
 class ToolChoice(_Open):
@@ -134,4 +146,3 @@ class MessagesRequest(CountTokensRequest):
     top_p: float | None = Field(None, ge=0, le=1)
     top_k: int | None = Field(None, ge=0)
     metadata: Metadata | None = None
-    service_tier: str | None = None

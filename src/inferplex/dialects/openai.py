@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from inferplex.accounts.guard import cost_field
 from inferplex.canonical import ChatRequest, EmbeddingRequest, parse
 from inferplex.config import ModelConfig
 from inferplex.edge import endpoint, json_response, read_json
@@ -59,6 +60,7 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
                         yield encode(orjson.dumps(held))
                         held = None
                     chunk["timings"] = ctx.timings.as_dict(ctx.completion_tokens, stream=True)
+                    chunk.update(cost_field(ctx))
                     yield encode(orjson.dumps(chunk))
                 continue
             if not want_usage:
@@ -72,6 +74,7 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
                 yield encode(orjson.dumps(chunk))
         if held is not None:
             held["timings"] = ctx.timings.as_dict(ctx.completion_tokens, stream=True)
+            held.update(cost_field(ctx))
             yield encode(orjson.dumps(held))
     except GatewayError as err:
         if held is not None:
@@ -99,6 +102,7 @@ async def answer_chat(services: Services, chat: ChatRequest, raw: dict[str, Any]
         return SSEResponse(render_stream(stream, chat.wants_usage), _timing_headers(ctx, stream=True))  # type: ignore[return-value]
     response = await services.pipeline.chat(chat, raw, ctx)
     response["timings"] = ctx.timings.as_dict(ctx.completion_tokens)
+    response.update(cost_field(ctx))
     return json_response(response, _timing_headers(ctx, stream=False))
 
 
@@ -108,6 +112,7 @@ async def embeddings(request: Request, ctx: Context) -> Response:
     req: EmbeddingRequest = parse(EmbeddingRequest, raw)
     response = await services.pipeline.embed(req, raw, ctx)
     response["timings"] = ctx.timings.as_dict()
+    response.update(cost_field(ctx))
     return json_response(response, _timing_headers(ctx, stream=False))
 
 

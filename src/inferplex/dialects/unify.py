@@ -8,7 +8,8 @@ dialect's own handler and renderers (`openai.answer_chat`, `openai.render_error`
   or `provider_not_found`), since Unify defers to OpenAI's reference for everything it does not define.
 - Platform arguments steer the gateway and are never forwarded upstream (`GATEWAY_FIELDS`):
   `drop_params` and `region` stay on the canonical request for the capability planner and the router;
-  `tags`, `signature`, `log_query_body` and `log_response_body` go on `ctx.options` for the usage log;
+  `tags` (a list of strings), `signature`, and `log_query_body` / `log_response_body` (default true), go on
+  `ctx.options` for the usage log;
   `use_custom_keys: true` sends the caller's own provider key, read from the `x-provider-api-key` header,
   to that provider for this request only (`CallInfo.caller_key`): it is never stored or logged.
   A platform argument of the wrong type is a 400 naming it.
@@ -77,17 +78,18 @@ def tags(value: Any) -> list[str]:
 
 
 def platform_options(raw: dict[str, Any]) -> dict[str, Any]:
-    """The platform arguments the usage log and the stages after it read from `ctx.options`."""
+    """The platform arguments the usage log and the stages after it read from `ctx.options`.
+
+    The two log flags default to true, as Unify documents them, so a Unify client keeps the logging it had;
+    a caller who does not want its bodies stored sends false."""
     signature = raw.get("signature")
     if signature is not None and not isinstance(signature, str):
         raise InvalidRequest("Invalid value for 'signature': expected a string.", param="signature")
     _flag(raw, "drop_params", True)  # read by the capability planner; checked here so it fails in our words
-    return {
-        "tags": tags(raw.get("tags")),
-        "signature": signature,
-        "log_query_body": _flag(raw, "log_query_body", True),
-        "log_response_body": _flag(raw, "log_response_body", True),
-    }
+    options: dict[str, Any] = {"tags": tags(raw.get("tags")), "signature": signature}
+    for name in ("log_query_body", "log_response_body"):
+        options[name] = _flag(raw, name, True)
+    return options
 
 
 def _caller_key(request: Request, services: Services, model: str, provider: str) -> CallerKey:

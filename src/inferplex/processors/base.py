@@ -52,8 +52,9 @@ class Processor(Protocol):
     buffered: bool  # True when `post` needs the whole response (no stream filter)
     metadata: dict[str, Any]  # counts, scores, decisions: reported in the response, never redacted values
 
-    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
-        ...
+    async def pre(
+        self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]
+    ) -> tuple[ChatRequest, dict[str, Any]]: ...
 
     async def post(self, ex: Exchange, response: Chunk, again: Again) -> Chunk: ...
 

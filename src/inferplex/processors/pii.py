@@ -71,7 +71,6 @@ class PiiRedact(Step):
     async def _restore_stream(self, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
         restorers: dict[int, Restorer] = {}
         last: Chunk | None = None
-        for_metadata = self.metadata
         async for chunk in chunks:
             last = chunk
             for c in chunk.get("choices") or ():
@@ -84,11 +83,11 @@ class PiiRedact(Step):
                 if isinstance(text, str) or out:
                     delta["content"] = out
                     c["delta"] = delta
-            for_metadata["restored"] = sum(r.restored for r in restorers.values())
+            self.metadata["restored"] = sum(r.restored for r in restorers.values())
             yield chunk
         leftovers = {i: r.flush() for i, r in restorers.items() if r.pending}
         if leftovers and last is not None:
-            for_metadata["restored"] = sum(r.restored for r in restorers.values())
+            self.metadata["restored"] = sum(r.restored for r in restorers.values())
             choices = [{"index": i, "delta": {"content": t}, "finish_reason": None} for i, t in leftovers.items()]
             yield {**{k: last[k] for k in ("id", "object", "created", "model") if k in last}, "choices": choices}
 
@@ -99,7 +98,11 @@ def create(options: Mapping[str, Any], env: Env) -> PiiRedact:
     kinds_opt = options.get("kinds")
     if kinds_opt is None:
         kinds = ALL_KINDS
-    elif isinstance(kinds_opt, list) and kinds_opt and all(isinstance(k, str) and k.upper() in ALL_KINDS for k in kinds_opt):
+    elif (
+        isinstance(kinds_opt, list)
+        and kinds_opt
+        and all(isinstance(k, str) and k.upper() in ALL_KINDS for k in kinds_opt)
+    ):
         kinds = frozenset(k.upper() for k in kinds_opt)
     else:
         raise InvalidRequest(

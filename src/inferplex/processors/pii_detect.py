@@ -38,7 +38,7 @@ ALL_KINDS = frozenset({"EMAIL", "PHONE", "CARD", "IBAN", "NATIONAL_ID", "IP_ADDR
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 _CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
-_IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
+_IPV4 = re.compile(r"(?<!\d)(?<!\d\.)(?:\d{1,3}\.){3}\d{1,3}(?!\.?\d)")
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")
 
 _IDS: tuple[tuple[re.Pattern[str], Callable[[str], bool]], ...] = (
@@ -65,7 +65,8 @@ _ADDRESS = re.compile(
 _NAME_WORD = r"[A-Z][a-z]+(?:[-'][A-Z][a-z]+)?"
 _NAME = re.compile(
     rf"\b(?:Mr|Mrs|Ms|Miss|Mx|Dr|Prof|Sir|Madam)\.? ((?:{_NAME_WORD} ?){{1,3}})"
-    rf"|(?i:my name is|my name's|i am called|signed|regards,|name:|patient:|customer:) ?((?-i:{_NAME_WORD})(?: (?-i:{_NAME_WORD})){{0,2}})"
+    r"|(?i:my name is|my name's|i am called|signed|regards,|name:|patient:|customer:) ?"
+    rf"((?-i:{_NAME_WORD})(?: (?-i:{_NAME_WORD})){{0,2}})"
 )
 
 

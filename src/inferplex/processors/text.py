@@ -52,8 +52,18 @@ def _rewrite_message(m: Message, fn: Callable[[str], str]) -> Message:
 def rewrite(
     request: ChatRequest, raw: dict[str, Any], fn: Callable[[str], str], roles: Collection[str] = ALL_ROLES
 ) -> tuple[ChatRequest, dict[str, Any]]:
-    """Apply `fn` to every text of the messages whose role is in `roles`, in the request and the raw JSON."""
-    messages = [_rewrite_message(m, fn) if m.role in roles else m for m in request.messages]
+    """Apply `fn` to every text of the messages whose role is in `roles`, in the request and the raw JSON.
+
+    `fn` runs once per distinct text (the raw JSON holds the same texts again), so what it counts is right."""
+    seen: dict[str, str] = {}
+
+    def once(text: str) -> str:
+        found = seen.get(text)
+        if found is None:
+            found = seen[text] = fn(text)
+        return found
+
+    messages = [_rewrite_message(m, once) if m.role in roles else m for m in request.messages]
     new_request = request.model_copy(update={"messages": messages})
     raw_messages = raw.get("messages")
     if not isinstance(raw_messages, list):
@@ -61,7 +71,7 @@ def rewrite(
     new_raw_messages = []
     for m in raw_messages:
         if isinstance(m, dict) and m.get("role") in roles and "content" in m:
-            m = {**m, "content": _rewrite_content(m["content"], fn)}
+            m = {**m, "content": _rewrite_content(m["content"], once)}
         new_raw_messages.append(m)
     return new_request, {**raw, "messages": new_raw_messages}
 

@@ -34,6 +34,7 @@ CAPABILITIES = ProviderCapabilities(
     frequency_penalty=Support.DROPPED,
     presence_penalty=Support.DROPPED,
     logit_bias=Support.DROPPED,
+    openai_options=Support.DROPPED,
     notes=(
         "json_schema uses Anthropic's structured output (`output_config.format`); the provider option "
         "`json_schema: tool` serves it with a forced tool instead.",
@@ -41,6 +42,8 @@ CAPABILITIES = ProviderCapabilities(
         "`cache_control` on content parts, tools and the request passes through; cache reads and writes are "
         "reported in usage.",
         "thinking blocks come back as `reasoning_content` (and `thinking_blocks`, to send back next turn).",
+        "`reasoning_effort` becomes `thinking` with a token budget (translate/reasoning.py), added to max_tokens "
+        "so the caller's output limit still applies to the visible answer.",
     ),
 )
 _TOOL_JSON = replace(CAPABILITIES, json_schema=E)
@@ -68,10 +71,24 @@ class Anthropic(NativeAdapter):
         self._session = session
         self.capabilities = _TOOL_JSON if config.options.get("json_schema") == "tool" else CAPABILITIES
 
-    async def _post(self, url: str, body: Chunk) -> Any:
+    @staticmethod
+    def _with_betas(headers: dict[str, str], request: ChatRequest) -> dict[str, str]:
+        """The caller's `anthropic-beta` flags (from the Anthropic dialect) join the configured ones."""
+        wanted = tr.betas(request)
+        if wanted is None:
+            return headers
+        configured = headers.get("anthropic-beta")
+        return {**headers, "anthropic-beta": f"{configured},{wanted}" if configured else wanted}
+
+    async def _post(self, url: str, body: Chunk, request: ChatRequest) -> Any:
         try:
             data, _ = await http.post_json(
-                self._session, url, body, self._headers, self.config.timeouts, self.config.name
+                self._session,
+                url,
+                body,
+                self._with_betas(self._headers, request),
+                self.config.timeouts,
+                self.config.name,
             )
         except GatewayError as err:
             raise overloaded(err) from err
@@ -79,15 +96,14 @@ class Anthropic(NativeAdapter):
 
     async def _chat_once(self, request: ChatRequest, target: Target) -> Chunk:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=False)
-        return tr.to_completion(await self._post(self._url, body), target.model.name)
+        return tr.to_completion(await self._post(self._url, body, request), target.model.name)
 
     async def _stream_once(self, request: ChatRequest, target: Target) -> AsyncIterator[Chunk]:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=True)
         name = self.config.name
         try:
-            resp = await http.open_stream(
-                self._session, self._url, body, self._stream_headers, self.config.timeouts, name
-            )
+            headers = self._with_betas(self._stream_headers, request)
+            resp = await http.open_stream(self._session, self._url, body, headers, self.config.timeouts, name)
         except GatewayError as err:
             raise overloaded(err) from err
         translator = tr.AnthropicStream(target.model.name)
@@ -111,7 +127,7 @@ class Anthropic(NativeAdapter):
         body = tr.build_request(request, target.upstream_model, 1, stream=False)
         for key in ("max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "service_tier"):
             body.pop(key, None)
-        data = await self._post(self._count_url, body)
+        data = await self._post(self._count_url, body, request)
         count = data.get("input_tokens") if isinstance(data, dict) else None
         if not isinstance(count, int):
             raise UpstreamError(f"provider {self.config.name} sent a token count without input_tokens")

@@ -6,6 +6,8 @@ only changes where it sends and which header carries the key. Azure's content-fi
 (`prompt_filter_results`, `content_filter_results`) and finish_reason `content_filter` pass through
 untouched, as every unknown field does in the OpenAI-compatible adapter.
 
+A model's declared `capabilities` (no tools, no vision, no streaming) are honoured by the composed
+OpenAI-compatible adapter through `capabilities.plan`, as on the native adapters.
 Options: `api_version` (default 2024-10-21).
 """
 

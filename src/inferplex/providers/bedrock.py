@@ -39,6 +39,8 @@ CAPABILITIES = ProviderCapabilities(
     frequency_penalty=D,
     presence_penalty=D,
     logit_bias=D,
+    reasoning_effort=D,
+    openai_options=D,
     notes=(
         "one Converse translation for every model family (Anthropic, Meta Llama, Mistral, ...); a model's "
         "`capabilities` in the config say which of tools and vision it has.",

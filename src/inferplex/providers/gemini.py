@@ -29,9 +29,11 @@ CAPABILITIES = ProviderCapabilities(
     parallel_tool_calls=Support.DROPPED,
     logprobs=Support.DROPPED,
     logit_bias=Support.DROPPED,
+    openai_options=Support.DROPPED,
     notes=(
         "json_schema becomes `responseMimeType: application/json` + `responseSchema` (types upper-cased, "
         "keywords Gemini does not accept removed).",
+        "`reasoning_effort` becomes `thinkingConfig.thinkingBudget` (translate/reasoning.py).",
         "n > 1 is `candidateCount`; tool-call ids are minted by the gateway (Gemini's calls have none).",
         "safety finish reasons (SAFETY, RECITATION, BLOCKLIST, PROHIBITED_CONTENT, SPII) and a blocked prompt "
         "become finish_reason `content_filter`.",

@@ -22,8 +22,8 @@ Configuration (all optional; the upstream id is a deployment's `model`):
               path: /models/qwen2.5-0.5b-instruct-q4_k_m.gguf
             all-minilm-l6-v2:            # bundled
               batch_size: 32
-            bge-small:                   # any BERT sentence encoder saved by sentence-transformers
-              path: /models/bge-small-en-v1.5   # a directory: config.json, tokenizer.json, model.safetensors
+            bge-small:                   # a BERT encoder saved by sentence-transformers (mean or CLS pooling):
+              path: /models/bge-small-en-v1.5   # a directory with config.json, tokenizer.json, model.safetensors
               max_length: 512
 
 A deployment's `model` may also be a path to a `.gguf` file directly, with default settings. A path that

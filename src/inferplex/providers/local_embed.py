@@ -7,7 +7,8 @@ memory, because it needs neither torch nor transformers: only `tokenizers` (the 
 `safetensors` and numpy, which llama-cpp-python already brings.
 
 What it computes is exactly sentence-transformers' pipeline for this model: WordPiece with truncation at
-`max_seq_length` (256), BERT with exact (erf) GELU, mean pooling over the attention mask, L2 normalisation.
+`max_seq_length` (256), BERT with exact (erf) GELU, mean pooling over the attention mask (or the CLS token,
+for encoders whose 1_Pooling/config.json says so), L2 normalisation.
 Inputs longer than the limit are truncated, as sentence-transformers does; the usage counts the tokens that
 were actually embedded. Batches are sorted by length so that padding costs little.
 """
@@ -35,7 +36,7 @@ class EmbedSpec:
 
     name: str
     directory: Path
-    max_length: int = 256
+    max_length: int | None = None  # default: sentence_bert_config.json's max_seq_length, else 256
     batch_size: int = 32
 
 
@@ -96,7 +97,9 @@ class BertEncoder:
         self.layers = int(config["num_hidden_layers"])
         self.eps = float(config.get("layer_norm_eps", 1e-12))
         max_positions = int(config.get("max_position_embeddings", 512))
-        self.max_length = min(spec.max_length, max_positions)
+        st_file = spec.directory / "sentence_bert_config.json"
+        st_config: dict[str, Any] = json.loads(st_file.read_text()) if st_file.is_file() else {}
+        self.max_length = min(spec.max_length or int(st_config.get("max_seq_length", 256)), max_positions)
         self.batch_size = spec.batch_size
         weights = load_file(str(spec.directory / "model.safetensors"))
         # Checkpoints saved from BertForX prefix every name with "bert."; sentence-transformers' do not.
@@ -105,6 +108,13 @@ class BertEncoder:
         for key in list(self.w):
             if key.endswith(".weight") and self.w[key].ndim == 2 and key.startswith("encoder."):
                 self.w[key] = np.ascontiguousarray(self.w[key].T)
+        # sentence-transformers' pooling choice (all-MiniLM: mean; the BGE family: CLS); vectors are always
+        # L2-normalised, as OpenAI's are.
+        pooling_file = spec.directory / "1_Pooling" / "config.json"
+        pooling: dict[str, Any] = json.loads(pooling_file.read_text()) if pooling_file.is_file() else {}
+        if pooling.get("pooling_mode_max_tokens") or pooling.get("pooling_mode_mean_sqrt_len_tokens"):
+            raise ValueError(f"{pooling_file}: only mean or CLS pooling is supported")
+        self.cls_pooling = bool(pooling.get("pooling_mode_cls_token")) and not pooling.get("pooling_mode_mean_tokens")
         self.tokenizer = Tokenizer.from_file(str(spec.directory / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=self.max_length)
         self.tokenizer.no_padding()
@@ -176,8 +186,10 @@ class BertEncoder:
                 w[p + "output.LayerNorm.bias"],
                 self.eps,
             )
-        summed = (x * mask[:, :, None]).sum(1)
-        pooled = summed / np.maximum(mask.sum(1, keepdims=True), 1e-9)
+        if self.cls_pooling:
+            pooled = x[:, 0, :]
+        else:
+            pooled = (x * mask[:, :, None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         result: F32 = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
         return result

@@ -15,10 +15,13 @@ import aiohttp
 import orjson
 
 from inferplex.canonical import ChatRequest, EmbeddingRequest
-from inferplex.config import ConfigError, ProviderConfig
+from inferplex.capabilities import Plan, plan
+from inferplex.config import Capabilities, ConfigError, ProviderConfig
+from inferplex.emulation import run_stream
 from inferplex.errors import UpstreamError
 from inferplex.providers import http
 from inferplex.providers.base import CallInfo, Chunk, Target
+from inferplex.providers.openai_caps import CAPABILITIES
 from inferplex.providers.profiles import PROFILES, VendorProfile, profile_for
 
 # Request fields that steer the gateway and mean nothing (or something else) to an upstream.
@@ -36,6 +39,9 @@ GATEWAY_FIELDS = frozenset(
         "log_query_body",
         "log_response_body",
         "signature",
+        # request processors (docs/processors.md), ours and Inferada's spelling
+        "processors",
+        "inferada",
     }
 )
 
@@ -107,8 +113,40 @@ class OpenAICompatible:
             return headers
         return {**headers, self.profile.auth_header: self.profile.auth_prefix + key.secret}
 
+    def _plan(
+        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo, *, stream: bool
+    ) -> tuple[Plan | None, ChatRequest, dict[str, Any]]:
+        """Narrow the request to what the model declares it can do; skipped when nothing could be narrowed."""
+        if not needs_plan(request, target.model.capabilities, stream=stream):
+            return None, request, raw
+        decided = plan(
+            request,
+            CAPABILITIES,
+            target.model.capabilities,
+            provider_name=target.provider.name,
+            model_name=target.model.name,
+            stream=stream,
+        )
+        info.dropped_params = sorted({*info.dropped_params, *decided.dropped})
+        return decided, decided.request, decided.trim_raw(raw)
+
     async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
-        body, info.dropped_params = build_chat_body(raw, target.upstream_model, self.profile, stream=False)
+        _, request, raw = self._plan(request, raw, target, info, stream=False)
+        return await self._send(request, raw, target, info)
+
+    def chat_stream(
+        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+    ) -> AsyncIterator[Chunk]:
+        decided, request, raw = self._plan(request, raw, target, info, stream=True)
+        if decided is not None and decided.buffered_stream:
+            # The model declares `streaming: false`: one buffered call, replayed as a stream.
+            buffered = {k: v for k, v in raw.items() if k not in ("stream", "stream_options")}
+            return run_stream(decided, lambda r: self._send(r, buffered, target, info), _no_stream)
+        return self._send_stream(request, raw, target, info)
+
+    async def _send(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+        body, dropped = build_chat_body(raw, target.upstream_model, self.profile, stream=False)
+        info.dropped_params = sorted({*info.dropped_params, *dropped})
         # `target.provider` carries the deployment's timeout overrides (routing); it is this adapter's config.
         timeouts = target.provider.timeouts
         data, _ = await http.post_json(
@@ -116,10 +154,11 @@ class OpenAICompatible:
         )
         return normalize_completion(data, target.model.name)
 
-    async def chat_stream(
+    async def _send_stream(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
     ) -> AsyncIterator[Chunk]:
-        body, info.dropped_params = build_chat_body(raw, target.upstream_model, self.profile, stream=True)
+        body, dropped = build_chat_body(raw, target.upstream_model, self.profile, stream=True)
+        info.dropped_params = sorted({*info.dropped_params, *dropped})
         name = self.config.name
         resp = await http.open_stream(
             self._session, self._chat_url, body, self._auth(self._stream_headers, info), target.provider.timeouts, name
@@ -159,6 +198,22 @@ class OpenAICompatible:
 
     async def aclose(self) -> None:
         """The HTTP session is shared and closed by the app."""
+
+
+def needs_plan(request: ChatRequest, caps: Capabilities, *, stream: bool) -> bool:
+    """Whether the model's declared capabilities could change this request (cheap: the common case is no)."""
+    if request.tools and not caps.tools:
+        return True
+    if request.response_format is not None and request.response_format.type != "text" and not caps.json_schema:
+        return True
+    if stream and not caps.streaming:
+        return True
+    return not caps.vision and any(isinstance(m.content, list) for m in request.messages)
+
+
+async def _no_stream(request: ChatRequest) -> AsyncIterator[Chunk]:
+    raise AssertionError("a buffered stream makes no streamed call")
+    yield {}  # pragma: no cover
 
 
 def create(config: ProviderConfig, resources: Any) -> OpenAICompatible:

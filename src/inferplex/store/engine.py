@@ -55,8 +55,12 @@ class Database:
             kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=False)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         self._lock = asyncio.Lock() if self.is_sqlite else None
+        self.reader: AsyncEngine = self.engine
         if self.is_sqlite:
             _sqlite_immediate(self.engine)
+            # Reads (a key lookup on every request) skip the write lock: WAL lets them run beside a writer.
+            self.reader = create_async_engine(url, **kwargs)
+            _sqlite_autocommit(self.reader)
 
     @contextlib.asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
@@ -67,11 +71,17 @@ class Database:
         async with self._lock, self.engine.begin() as conn:
             yield conn
 
+    @contextlib.asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads only: a consistent snapshot per statement, never blocked by writers."""
+        async with self.reader.connect() as conn:
+            yield conn
+
     async def migrate(self) -> None:
         """Upgrade to the newest schema; safe when several replicas start at once."""
         if self.is_sqlite:
             path = _sqlite_path(self.url)
-            lock_file = open(str(path) + ".migrate.lock", "w") if path else None  # noqa: ASYNC230, SIM115
+            lock_file = open(str(path) + ".migrate.lock", "w") if path else None  # noqa: ASYNC230
             try:
                 if lock_file is not None:
                     await asyncio.to_thread(fcntl.flock, lock_file.fileno(), fcntl.LOCK_EX)
@@ -94,6 +104,8 @@ class Database:
 
     async def aclose(self) -> None:
         await self.engine.dispose()
+        if self.reader is not self.engine:
+            await self.reader.dispose()
 
 
 def _upgrade(connection: Connection) -> None:
@@ -103,14 +115,18 @@ def _upgrade(connection: Connection) -> None:
     command.upgrade(cfg, "head")
 
 
-def _sqlite_immediate(engine: AsyncEngine) -> None:
+def _sqlite_autocommit(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _connect(dbapi_connection: Any, record: Any) -> None:
-        dbapi_connection.isolation_level = None  # let us issue BEGIN ourselves
+        dbapi_connection.isolation_level = None  # let us issue BEGIN ourselves (or, for reads, none at all)
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
+
+
+def _sqlite_immediate(engine: AsyncEngine) -> None:
+    _sqlite_autocommit(engine)
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: Connection) -> None:

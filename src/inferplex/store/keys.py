@@ -45,7 +45,18 @@ class AccountLimits:
 
 _COLUMNS = [f.name for f in fields(KeyRecord)]
 EDITABLE = frozenset(
-    {"name", "scopes", "allowed_models", "allowed_ips", "tags", "metadata", "rpm", "tpm", "max_concurrent", "expires_at"}
+    {
+        "name",
+        "scopes",
+        "allowed_models",
+        "allowed_ips",
+        "tags",
+        "metadata",
+        "rpm",
+        "tpm",
+        "max_concurrent",
+        "expires_at",
+    }
 )
 
 
@@ -81,7 +92,7 @@ class KeyStore:
         return await self._with_account(query)
 
     async def _with_account(self, query: Any) -> tuple[KeyRecord, AccountLimits] | None:
-        async with self.db.begin() as conn:
+        async with self.db.read() as conn:
             row = (await conn.execute(query)).first()
         if row is None:
             return None
@@ -89,7 +100,7 @@ class KeyStore:
         return _record(row), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])
 
     async def get(self, key_id: str) -> KeyRecord | None:
-        async with self.db.begin() as conn:
+        async with self.db.read() as conn:
             row = (await conn.execute(select(t.api_keys).where(t.api_keys.c.id == key_id))).first()
         return None if row is None else _record(row)
 
@@ -97,7 +108,7 @@ class KeyStore:
         query = select(t.api_keys).order_by(t.api_keys.c.created_at, t.api_keys.c.id)
         if account_id is not None:
             query = query.where(t.api_keys.c.account_id == account_id)
-        async with self.db.begin() as conn:
+        async with self.db.read() as conn:
             return [_record(r) for r in (await conn.execute(query)).all()]
 
     async def update(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:

@@ -79,12 +79,12 @@ class Ledger:
         return await self.account(account_id)
 
     async def account(self, account_id: str) -> Account | None:
-        async with self.db.begin() as conn:
+        async with self.db.read() as conn:
             row = (await conn.execute(select(t.accounts).where(t.accounts.c.id == account_id))).first()
         return None if row is None else _account(row)
 
     async def accounts(self) -> list[Account]:
-        async with self.db.begin() as conn:
+        async with self.db.read() as conn:
             rows = (await conn.execute(select(t.accounts).order_by(t.accounts.c.created_at))).all()
         return [_account(r) for r in rows]
 
@@ -104,9 +104,7 @@ class Ledger:
             await self._entry(conn, account_id, "reserve", -amount, request_id, key_id, None)
             return int(row[0])
 
-    async def settle(
-        self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None
-    ) -> int:
+    async def settle(self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None) -> int:
         """Return the unused part of a reservation (or take the overrun): one `settle` row of reserved-actual."""
         return await self._change(account_id, "settle", reserved - actual, request_id, key_id, None)
 
@@ -149,10 +147,10 @@ class Ledger:
 
     async def entries(self, account_id: str, limit: int = 1000) -> list[dict[str, Any]]:
         query = select(t.ledger).where(t.ledger.c.account_id == account_id).order_by(t.ledger.c.id.desc()).limit(limit)
-        async with self.db.begin() as conn:
-            return [dict(r._mapping) for r in (await conn.execute(query)).all()]
+        async with self.db.read() as conn:
+            return [{str(k): v for k, v in r._mapping.items()} for r in (await conn.execute(query)).all()]
 
     async def ledger_sum(self, account_id: str) -> int:
         query = select(func.coalesce(func.sum(t.ledger.c.amount_micros), 0)).where(t.ledger.c.account_id == account_id)
-        async with self.db.begin() as conn:
+        async with self.db.read() as conn:
             return int((await conn.execute(query)).scalar_one())

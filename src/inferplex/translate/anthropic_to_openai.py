@@ -30,7 +30,26 @@ from inferplex.dialects.anthropic_wire import (
 from inferplex.sse import encode
 
 # Keys only an Anthropic (or Bedrock-Anthropic) target understands: removed from `raw`.
-ANTHROPIC_ONLY = ("cache_control", "thinking_blocks", "thinking", "top_k", "is_error")
+ANTHROPIC_ONLY = ("cache_control", "thinking_blocks", "thinking", "top_k", "is_error", "anthropic_extra")
+
+# Request fields mapped to canonical ones; any other top-level field (container, mcp_servers, service_tier,
+# context_management, ...) rides along in `anthropic_extra` for an Anthropic target.
+_MAPPED = {
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "output_config",
+    "max_tokens",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "top_k",
+    "metadata",
+    "stream",
+}
 
 STOP_REASONS = {
     "stop": "end_turn",
@@ -160,7 +179,19 @@ def to_canonical(req: CountTokensRequest) -> tuple[dict[str, Any], dict[str, Any
     elif isinstance(req.system, list) and req.system:
         messages.insert(0, {"role": "system", "content": [_part(b) for b in req.system]})
     full["messages"] = messages
-    if req.tools:
+    extra: dict[str, Any] = {k: v for k, v in (req.model_extra or {}).items() if k not in _MAPPED}
+    server_tools = [t.model_dump(exclude_none=True) for t in req.tools or () if t.is_server_tool]
+    if server_tools:
+        extra["tools"] = server_tools
+    output_config = {k: v for k, v in (req.output_config or {}).items() if k != "format"}
+    if output_config:
+        extra["output_config"] = output_config
+    if isinstance(req, MessagesRequest) and req.metadata is not None:
+        metadata = req.metadata.model_dump(exclude_none=True)
+        if set(metadata) - {"user_id"}:
+            extra["metadata"] = metadata
+    client_tools = [t for t in req.tools or () if not t.is_server_tool]
+    if client_tools:
         full["tools"] = [
             _cached(
                 {
@@ -174,10 +205,12 @@ def to_canonical(req: CountTokensRequest) -> tuple[dict[str, Any], dict[str, Any
                 },
                 t,
             )
-            for t in req.tools
+            for t in client_tools
         ]
-        if req.tool_choice is not None:
-            _tool_choice(req.tool_choice, full)
+    if req.tool_choice is not None and client_tools:
+        _tool_choice(req.tool_choice, full)
+    elif req.tool_choice is not None and server_tools:
+        extra["tool_choice"] = req.tool_choice.model_dump(exclude_none=True)
     fmt = (req.output_config or {}).get("format")
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         full["response_format"] = {
@@ -198,6 +231,8 @@ def to_canonical(req: CountTokensRequest) -> tuple[dict[str, Any], dict[str, Any
         if req.stream:
             full["stream"] = True
             full["stream_options"] = {"include_usage": True}
+    if extra:
+        full["anthropic_extra"] = extra
     return full, strip_anthropic(full)
 
 

@@ -18,6 +18,7 @@ import orjson
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
 from inferplex.errors import GatewayError, InvalidRequest
 from inferplex.providers.failures import from_error_type
+from inferplex.translate import reasoning
 
 Chunk = dict[str, Any]
 
@@ -199,9 +200,14 @@ def build_request(request: ChatRequest, upstream_model: str, default_max_tokens:
     for name in ("temperature", "top_p"):
         if getattr(request, name) is not None:
             body[name] = getattr(request, name)
-    for name in ("top_k", "thinking", "cache_control", "service_tier"):
+    for name in ("top_k", "thinking", "cache_control"):
         if _extra(request, name) is not None:
             body[name] = _extra(request, name)
+    thinking_budget = reasoning.budget(_extra(request, "reasoning_effort"))
+    if thinking_budget and "thinking" not in body:
+        # max_tokens counts thinking too: the budget is added so the caller's limit still bounds the answer
+        body["thinking"] = {"type": "enabled", "budget_tokens": thinking_budget}
+        body["max_tokens"] += thinking_budget
     if request.tools:
         body["tools"] = [_tool(t) for t in request.tools if t.function is not None]
     choice = _tool_choice(request)
@@ -212,9 +218,32 @@ def build_request(request: ChatRequest, upstream_model: str, default_max_tokens:
     fmt = request.response_format
     if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is not None:
         body["output_config"] = {"format": {"type": "json_schema", "schema": fmt.json_schema.schema_ or {}}}
+    _merge_extra(body, _extra(request, "anthropic_extra"))
     if stream:
         body["stream"] = True
     return body
+
+
+def _merge_extra(body: dict[str, Any], extra: Any) -> None:
+    """Anthropic-only fields the Anthropic dialect carried through canonical (server tools, container, ...)."""
+    if not isinstance(extra, dict):
+        return
+    for key, value in extra.items():
+        if key == "betas":
+            continue  # a header, set by the adapter
+        if key == "tools" and isinstance(value, list):
+            body["tools"] = [*body.get("tools", []), *value]
+        elif isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}
+        else:
+            body[key] = value
+
+
+def betas(request: ChatRequest) -> str | None:
+    """The `anthropic-beta` header value the caller asked for, if any."""
+    extra = _extra(request, "anthropic_extra")
+    found = extra.get("betas") if isinstance(extra, dict) else None
+    return ",".join(str(b) for b in found) if isinstance(found, list) and found else None
 
 
 def usage(data: Any) -> dict[str, Any]:

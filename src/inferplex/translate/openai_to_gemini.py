@@ -17,6 +17,7 @@ import orjson
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
 from inferplex.errors import InvalidRequest
 from inferplex.providers.failures import from_error_type
+from inferplex.translate import reasoning
 
 Chunk = dict[str, Any]
 
@@ -198,6 +199,9 @@ def build_request(request: ChatRequest) -> Chunk:
     top_k = (request.model_extra or {}).get("top_k")
     if top_k is not None:
         gen["topK"] = top_k
+    thinking_budget = reasoning.budget((request.model_extra or {}).get("reasoning_effort"))
+    if thinking_budget is not None:
+        gen["thinkingConfig"] = {"thinkingBudget": thinking_budget}
     if request.output_limit:
         gen["maxOutputTokens"] = request.output_limit
     if request.stop_list:

@@ -1,0 +1,127 @@
+"""Authentication with stored API keys and signed tokens, beside the master key.
+
+Every credential is checked against the database on every request (one indexed lookup), never a cache, so
+a revocation, expiry or rotation takes effect at once on every replica, for keys and for tokens minted from
+them. Errors never echo the credential.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.requests import Request
+
+from inferplex.accounts.keys import KEY_PREFIX, key_digest, same_digest
+from inferplex.accounts.limits import Limits, PrincipalLimits
+from inferplex.accounts.tokens import TOKEN_PREFIX, verify
+from inferplex.auth import MASTER, MasterKeyAuth, Principal, credential
+from inferplex.errors import PermissionDenied, Unauthenticated
+from inferplex.store.keys import AccountLimits, KeyRecord, KeyStore
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(items: Sequence[str]) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(item, strict=False) for item in items)
+
+
+def _in(ip: str, networks: Sequence[Network]) -> bool:
+    try:
+        addr = ipaddress.ip_address(ip.strip())
+    except ValueError:
+        return False
+    return any(addr in net for net in networks)
+
+
+def client_ip(peer: str | None, forwarded_for: str | None, trusted: Sequence[Network]) -> str | None:
+    """The caller's address: the peer, unless the peer is a trusted proxy; then the right-most
+    X-Forwarded-For entry that is not itself a trusted proxy (entries further left are caller-supplied)."""
+    if peer is None or not forwarded_for or not _in(peer, trusted):
+        return peer
+    hops = [h.strip() for h in forwarded_for.split(",") if h.strip()]
+    for hop in reversed(hops):
+        if not _in(hop, trusted):
+            return hop
+    return hops[0] if hops else peer
+
+
+def principal_of(record: KeyRecord, account: AccountLimits, scopes: frozenset[str] | None = None) -> Principal:
+    key_scopes = frozenset(record.scopes)
+    limits = PrincipalLimits(
+        key=Limits(record.rpm, record.tpm, record.max_concurrent),
+        account=Limits(account.rpm, account.tpm, account.max_concurrent),
+    )
+    return Principal(
+        key_id=record.id,
+        account_id=record.account_id,
+        name=record.name,
+        scopes=key_scopes if scopes is None else key_scopes & scopes,
+        allowed_models=tuple(record.allowed_models),
+        tags=tuple(record.tags),
+        metadata=dict(record.metadata),
+        settings={"limits": limits},
+    )
+
+
+class KeyAuth:
+    def __init__(self, master_key: str, keys: KeyStore, token_secret: bytes, trusted_proxies: Sequence[str]) -> None:
+        self._master = MasterKeyAuth(master_key)
+        self.keys = keys
+        self.token_secret = token_secret
+        self.trusted = parse_networks(trusted_proxies)
+
+    async def authenticate(self, request: Request) -> Principal:
+        token = credential(request.headers)
+        if token is None:
+            raise Unauthenticated(
+                "You didn't provide an API key. Send it as `Authorization: Bearer <key>`.", code="missing_api_key"
+            )
+        if self._master.matches(token):
+            return MASTER
+        now = time.time()
+        if token.startswith(TOKEN_PREFIX):
+            claims = verify(self.token_secret, token, now)
+            if claims is None:
+                raise Unauthenticated("The access token is invalid or has expired.", code="invalid_token")
+            if claims.key_id == MASTER.key_id:
+                return MASTER
+            found = await self.keys.by_id_with_account(claims.key_id)
+            scopes: frozenset[str] | None = claims.scopes
+        elif token.startswith(KEY_PREFIX):
+            digest = key_digest(token)
+            found = await self.keys.by_hash(digest)
+            if found is not None and not same_digest(found[0].hash, digest):
+                found = None
+            scopes = None
+        else:
+            raise Unauthenticated("Incorrect API key provided.")
+        if found is None:
+            raise Unauthenticated("Incorrect API key provided.")
+        record, account = found
+        self._check_live(record, now)
+        self._check_ip(record, request)
+        return principal_of(record, account, scopes)
+
+    @staticmethod
+    def _check_live(record: KeyRecord, now: float) -> None:
+        if record.revoked_at is not None:
+            raise Unauthenticated("This API key has been revoked.", code="revoked_api_key")
+        if record.expires_at is not None and record.expires_at <= now:
+            raise Unauthenticated("This API key has expired.", code="expired_api_key")
+
+    def _check_ip(self, record: KeyRecord, request: Request) -> None:
+        if not record.allowed_ips:
+            return
+        peer = request.client.host if request.client else None
+        ip = client_ip(peer, request.headers.get("x-forwarded-for"), self.trusted)
+        if ip is None or not _in(ip, parse_networks(record.allowed_ips)):
+            raise PermissionDenied(
+                f"This key may not be used from {ip or 'an unknown address'}.", code="ip_not_allowed"
+            )
+
+
+def describe(principal: Principal) -> dict[str, Any]:
+    return {"key_id": principal.key_id, "account_id": principal.account_id, "scopes": sorted(principal.scopes)}

@@ -1,0 +1,257 @@
+"""The guard: admission before the upstream call (limits, credit reservation), settlement after it.
+
+admit: requests per minute and an over-estimate of the prompt tokens against the key's and the account's
+buckets; then a concurrency slot for each (waiting in a fair queue up to `max_queue_wait_s`); then the
+worst-case cost reserved from the account in one atomic statement.
+settle (exactly once): the real cost from the upstream's usage (or, for a stream cut before its usage
+chunk, from the characters produced), the ledger adjusted to it, output tokens charged to the token
+buckets, slots released, and one usage row queued. It runs shielded, so a caller who hangs up mid-stream
+cannot interrupt the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from inferplex.accounts.limits import Limits, PrincipalLimits
+from inferplex.accounts.pricing import (
+    Tokens,
+    cost_micros,
+    estimate_output_tokens,
+    estimate_prompt_tokens,
+    max_output_tokens,
+    tokens_of,
+)
+from inferplex.canonical import ChatRequest, EmbeddingRequest
+from inferplex.config import AccountsConfig, ModelConfig, Pricing
+from inferplex.errors import GatewayError, PermissionDenied, RateLimited, Unavailable
+from inferplex.limits import LimitStore, LimitsUnavailable
+from inferplex.limits.slots import FairSlots
+from inferplex.pipeline import Admission, Context
+from inferplex.routing.pricing import price_for
+from inferplex.store.ledger import Ledger
+from inferplex.usage_log import UsageLog
+
+log = logging.getLogger("inferplex.accounts")
+WINDOW_S = 60.0
+_NO_LIMITS = PrincipalLimits()
+
+
+def worst_case_price(model: ModelConfig) -> list[Pricing]:
+    return [d.pricing or model.pricing for d in model.deployments] or [model.pricing]
+
+
+def request_cost(ctx: Context) -> int | None:
+    """The cost of what the request produced so far (usage if known, else estimated from the characters)."""
+    if ctx.target is None:
+        return None
+    price = price_for(ctx.target, ctx.service_tier)
+    return cost_micros(price, _tokens(ctx))
+
+
+def _tokens(ctx: Context) -> Tokens:
+    if ctx.usage:
+        return tokens_of(ctx.usage)
+    prompt = int(ctx.options.get("prompt_tokens_estimate", 0))
+    return Tokens(prompt, estimate_output_tokens(ctx.output_chars), estimated=True)
+
+
+def _option(ctx: Context, request: Any, name: str, default: bool) -> bool:
+    if name in ctx.options:
+        return bool(ctx.options[name])
+    extra = getattr(request, "model_extra", None) or {}
+    value = extra.get(name, default)
+    return value if isinstance(value, bool) else default
+
+
+@dataclass(slots=True)
+class _Held:
+    key: str
+    holder: str
+
+
+class AccountGuard:
+    def __init__(
+        self, ledger: Ledger, limits: LimitStore, slots: FairSlots, usage: UsageLog, config: AccountsConfig
+    ) -> None:
+        self.ledger = ledger
+        self.limits = limits
+        self.slots = slots
+        self.usage = usage
+        self.config = config
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
+        p = ctx.principal
+        prompt = estimate_prompt_tokens(request)
+        ctx.options["prompt_tokens_estimate"] = prompt
+        limits = p.settings.get("limits", _NO_LIMITS)
+        scopes = [(f"key:{p.key_id}", limits.key)]
+        if p.account_id:
+            scopes.append((f"acct:{p.account_id}", limits.account))
+        held: list[_Held] = []
+        try:
+            await self._rates(scopes, prompt)
+            for name, lim in scopes:
+                if lim.max_concurrent:
+                    await self._slot(ctx, name + ":conc", lim.max_concurrent, held)
+            reserved = await self._reserve(ctx, model, request, prompt)
+        except GatewayError as err:
+            await self._release(held)
+            self._log(ctx, model, request, err.status, Tokens(), 0)
+            raise
+        except LimitsUnavailable:
+            await self._release(held)
+            raise Unavailable(
+                "Limits cannot be checked right now; try again shortly.", code="limits_unavailable"
+            ) from None
+        return _Admission(self, model, request, reserved, held, scopes)
+
+    async def _rates(self, scopes: list[tuple[str, Limits]], prompt: int) -> None:
+        for name, lim in scopes:
+            for suffix, amount, limit in (("rpm", 1, lim.rpm), ("tpm", prompt, lim.tpm)):
+                if limit:
+                    wait = await self.limits.take(f"{name}:{suffix}", amount, limit, WINDOW_S)
+                    if wait > 0:
+                        what = "requests" if suffix == "rpm" else "tokens"
+                        raise RateLimited(
+                            f"Rate limit reached for {name.split(':')[0]}: {limit} {what} per minute. "
+                            f"Try again in {wait:.1f}s.",
+                            retry_after=wait,
+                        )
+
+    async def _slot(self, ctx: Context, key: str, limit: int, held: list[_Held]) -> None:
+        waited = await self.slots.acquire(key, limit, ctx.request_id, self.config.max_queue_wait_s)
+        if waited is None:
+            ctx.timings.queued_ms += self.config.max_queue_wait_s * 1000
+            raise RateLimited(
+                f"Too many concurrent requests (limit {limit}); waited {self.config.max_queue_wait_s:g}s for a slot.",
+                retry_after=1.0,
+            )
+        ctx.timings.queued_ms += waited * 1000
+        held.append(_Held(key, ctx.request_id))
+
+    async def _reserve(self, ctx: Context, model: ModelConfig, request: Any, prompt: int) -> int:
+        p = ctx.principal
+        if p.account_id is None:
+            return 0
+        request_typed: ChatRequest | EmbeddingRequest = request
+        tokens = Tokens(prompt, max_output_tokens(request_typed, model, self.config.default_max_tokens))
+        amount = max(cost_micros(price, tokens) for price in worst_case_price(model))
+        if amount <= 0:
+            return 0
+        balance = await self.ledger.reserve(p.account_id, amount, request_id=ctx.request_id, key_id=p.key_id)
+        if balance is None:
+            raise PermissionDenied(
+                f"Insufficient credits: this request may cost up to {amount} micro-USD "
+                f"({tokens.prompt} prompt tokens estimated + {tokens.completion} output tokens at most), "
+                "more than the account's balance.",
+                code="insufficient_credits",
+            )
+        return amount
+
+    async def _release(self, held: list[_Held]) -> None:
+        for h in held:
+            try:
+                await self.slots.release(h.key, h.holder)
+            except Exception:
+                log.exception("could not release a concurrency slot")
+
+    def _log(self, ctx: Context, model: ModelConfig, request: Any, status: int, tokens: Tokens, cost: int) -> None:
+        p = ctx.principal
+        t = ctx.timings.as_dict()
+        target = ctx.target
+        tags = [*p.tags, *(ctx.options.get("tags") or ())]
+        extra = getattr(request, "model_extra", None) or {}
+        if isinstance(extra.get("tags"), list):
+            tags += [str(x) for x in extra["tags"]]
+        row: dict[str, Any] = {
+            "request_id": ctx.request_id,
+            "created_at": time.time(),
+            "key_id": p.key_id,
+            "account_id": p.account_id,
+            "model": model.name,
+            "provider": target.provider.name if target else None,
+            "deployment": (target.deployment.id or target.upstream_model) if target else None,
+            "status": status,
+            "prompt_tokens": tokens.prompt,
+            "completion_tokens": tokens.completion,
+            "cached_tokens": tokens.cached,
+            "estimated": int(tokens.estimated),
+            "cost_micros": cost,
+            "total_ms": t.get("total_ms"),
+            "upstream_ms": t.get("upstream_ms"),
+            "ttft_ms": ctx.timings.ttft_ms or None,
+            "queued_ms": ctx.timings.queued_ms,
+            "tags": tags,
+            "end_user": getattr(request, "user", None),
+            "request_body": None,
+            "response_body": None,
+        }
+        if _option(ctx, request, "log_query_body", self.config.log_query_body):
+            row["request_body"] = request.model_dump(mode="json", exclude_none=True)
+        if _option(ctx, request, "log_response_body", self.config.log_response_body):
+            row["response_body"] = {"finish_reason": ctx.finish_reason, "usage": ctx.usage}
+        self.usage.record(row)
+
+    def run_shielded(self, work: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+
+class _Admission:
+    def __init__(
+        self,
+        guard: AccountGuard,
+        model: ModelConfig,
+        request: Any,
+        reserved: int,
+        held: list[_Held],
+        scopes: list[tuple[str, Limits]],
+    ) -> None:
+        self.guard = guard
+        self.model = model
+        self.request = request
+        self.reserved = reserved
+        self.held = held
+        self.scopes = scopes
+
+    async def settle(self, ctx: Context, usage: dict[str, Any] | None, *, failed: bool) -> None:
+        tokens = Tokens() if failed else _tokens(ctx) if usage is None else tokens_of(usage)
+        price = price_for(ctx.target, ctx.service_tier) if ctx.target is not None else self.model.pricing
+        cost = 0 if failed else cost_micros(price, tokens)
+        ctx.cost_micros = cost
+        status = 200
+        if failed:
+            last = ctx.attempt_log[-1].status if ctx.attempt_log else None
+            status = last if last and last >= 400 else 502
+        await asyncio.shield(self.guard.run_shielded(self._book(ctx, tokens, cost, status)))
+
+    async def _book(self, ctx: Context, tokens: Tokens, cost: int, status: int) -> None:
+        g, p = self.guard, ctx.principal
+        try:
+            if p.account_id is not None and (self.reserved or cost):
+                await g.ledger.settle(p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id)
+            for name, lim in self.scopes:
+                if lim.tpm and tokens.completion:
+                    await g.limits.charge(f"{name}:tpm", tokens.completion, lim.tpm, WINDOW_S)
+        except Exception:
+            log.exception("settlement failed for request %s", ctx.request_id)
+        finally:
+            await g._release(self.held)
+            g._log(ctx, self.model, self.request, status, tokens, cost)
+
+
+def cost_field(ctx: Context) -> dict[str, Any]:
+    """`{"cost": {"currency": "USD", "micros": N}}` for a response body, or nothing if the cost is unknown.
+
+    Buffered responses carry the settled cost; a stream's final chunk carries the cost of its usage, which is
+    exactly what settlement then books."""
+    micros = ctx.cost_micros if ctx.cost_micros is not None else request_cost(ctx)
+    return {} if micros is None else {"cost": {"currency": "USD", "micros": micros}}

@@ -1,0 +1,66 @@
+"""Builds the accounts subsystem from the configuration: started in the app's lifespan, closed on shutdown."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from inferplex.accounts.auth import KeyAuth
+from inferplex.accounts.guard import AccountGuard
+from inferplex.accounts.tokens import load_secret
+from inferplex.config import Config
+from inferplex.limits import LimitStore
+from inferplex.limits.memory import MemoryLimits
+from inferplex.limits.redis import RedisLimits
+from inferplex.limits.slots import FairSlots
+from inferplex.store.engine import Database, default_url
+from inferplex.store.keys import KeyStore
+from inferplex.store.ledger import Ledger
+from inferplex.store.usage import UsageStore
+from inferplex.usage_log import UsageLog
+
+
+def database_url(config: Config) -> str:
+    return config.storage.database_url or default_url(config.server.data_dir)
+
+
+def limit_store(config: Config) -> LimitStore:
+    s = config.storage
+    if s.redis_url:
+        return RedisLimits(
+            s.redis_url, s.redis_prefix, fail_open=s.redis_failure == "open", timeout_s=s.redis_timeout_s
+        )
+    return MemoryLimits()
+
+
+@dataclass(slots=True)
+class AccountServices:
+    config: Config
+    db: Database
+    keys: KeyStore
+    ledger: Ledger
+    usage: UsageStore
+    usage_log: UsageLog
+    limits: LimitStore
+    guard: AccountGuard
+    auth: KeyAuth
+    token_secret: bytes
+
+    @classmethod
+    async def start(cls, config: Config, master_key: str) -> AccountServices:
+        db = Database(database_url(config))
+        await db.migrate()
+        keys, ledger, usage = KeyStore(db), Ledger(db), UsageStore(db)
+        usage_log = UsageLog(usage)
+        usage_log.start()
+        limits = limit_store(config)
+        poll = 0.01 if config.storage.redis_url else 0.25
+        guard = AccountGuard(ledger, limits, FairSlots(limits, poll), usage_log, config.accounts)
+        secret_ref = config.accounts.token_secret
+        secret = load_secret(secret_ref.get_secret_value() if secret_ref else None, config.server.data_dir)
+        auth = KeyAuth(master_key, keys, secret, config.accounts.trusted_proxies)
+        return cls(config, db, keys, ledger, usage, usage_log, limits, guard, auth, secret)
+
+    async def aclose(self) -> None:
+        await self.usage_log.aclose()
+        await self.limits.aclose()
+        await self.db.aclose()

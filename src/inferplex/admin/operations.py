@@ -1,0 +1,67 @@
+"""What an administrator can do, independent of HTTP: shared by the admin API and the `inferplex` CLI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inferplex.accounts.keys import display_prefix, key_digest, new_key_id, new_secret
+from inferplex.admin.models import AccountCreate, KeyCreate
+from inferplex.errors import NotFound
+from inferplex.store.keys import KeyRecord, KeyStore
+from inferplex.store.ledger import Account, Ledger
+
+
+async def create_account(ledger: Ledger, body: AccountCreate) -> Account:
+    account = await ledger.create_account(body.name, rpm=body.rpm, tpm=body.tpm, max_concurrent=body.max_concurrent)
+    if body.credits_micros:
+        await ledger.credit(account.id, body.credits_micros, note="initial credits")
+        found = await ledger.account(account.id)
+        assert found is not None
+        account = found
+    return account
+
+
+async def create_key(keys: KeyStore, ledger: Ledger, body: KeyCreate) -> tuple[KeyRecord, str]:
+    """A new key (and its account, unless one is named): the secret is returned here and never again."""
+    if body.account_id is None:
+        account_id = (await ledger.create_account(body.name)).id
+    else:
+        if await ledger.account(body.account_id) is None:
+            raise NotFound(f"No account {body.account_id!r}.", param="account_id", code="account_not_found")
+        account_id = body.account_id
+    if body.credits_micros:
+        await ledger.credit(account_id, body.credits_micros, note=f"credits with key {body.name}")
+    secret = new_secret()
+    record = KeyRecord(
+        id=new_key_id(),
+        hash=key_digest(secret),
+        prefix=display_prefix(secret),
+        name=body.name,
+        account_id=account_id,
+        scopes=sorted(set(body.scopes)),
+        allowed_models=body.allowed_models,
+        allowed_ips=body.allowed_ips,
+        tags=body.tags,
+        metadata=body.metadata,
+        rpm=body.rpm,
+        tpm=body.tpm,
+        max_concurrent=body.max_concurrent,
+        expires_at=body.expires_at,
+    )
+    await keys.create(record)
+    return record, secret
+
+
+async def rotate_key(keys: KeyStore, key_id: str) -> tuple[KeyRecord, str]:
+    secret = new_secret()
+    record = await keys.rotate(key_id, key_digest(secret), display_prefix(secret))
+    if record is None:
+        raise NotFound(f"No active key {key_id!r}.", param="key_id", code="key_not_found")
+    return record, secret
+
+
+def key_view(record: KeyRecord, secret: str | None = None) -> dict[str, Any]:
+    out = {"object": "api_key", **record.public()}
+    if secret is not None:
+        out["key"] = secret
+    return out

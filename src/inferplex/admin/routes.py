@@ -1,0 +1,226 @@
+"""The admin API (`/admin/...`, admin scope) and the token exchange (`POST /v1/auth/token`).
+
+Every handler is a thin shell: parse the body with its pydantic model, call `admin.operations` or a store,
+answer JSON. Errors are OpenAI error objects, like every other route.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from inferplex.accounts import tokens
+from inferplex.accounts.wiring import AccountServices
+from inferplex.admin import operations as ops
+from inferplex.admin.models import AccountCreate, AccountUpdate, CreditChange, KeyCreate, KeyUpdate, TokenRequest
+from inferplex.admin.openapi import openapi_document
+from inferplex.dialects.openai import render_error
+from inferplex.edge import endpoint, json_response, read_json
+from inferplex.errors import InvalidRequest, NotFound
+from inferplex.pipeline import Context
+from inferplex.store.usage import GROUPS, UsageFilter
+
+B = TypeVar("B", bound=BaseModel)
+
+
+def _services(request: Request) -> AccountServices:
+    services: AccountServices = request.app.state.accounts
+    return services
+
+
+async def _body(request: Request, model: type[B]) -> B:
+    raw = await read_json(request, 1024 * 1024)
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidRequest(f"Invalid {param or 'body'}: {first['msg']}.", param=param) from None
+
+
+def _float(request: Request, name: str) -> float | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise InvalidRequest(f"`{name}` must be a number (UNIX seconds).", param=name) from None
+
+
+# ---- keys ------------------------------------------------------------------------------------------------
+
+
+async def create_key(request: Request, ctx: Context) -> Response:
+    s = _services(request)
+    record, secret = await ops.create_key(s.keys, s.ledger, await _body(request, KeyCreate))
+    return json_response(ops.key_view(record, secret), status=201)
+
+
+async def list_keys(request: Request, ctx: Context) -> Response:
+    records = await _services(request).keys.list(request.query_params.get("account_id"))
+    return json_response({"object": "list", "data": [ops.key_view(r) for r in records]})
+
+
+async def _key(request: Request) -> Any:
+    record = await _services(request).keys.get(request.path_params["key_id"])
+    if record is None:
+        raise NotFound(f"No key {request.path_params['key_id']!r}.", param="key_id", code="key_not_found")
+    return record
+
+
+async def get_key(request: Request, ctx: Context) -> Response:
+    return json_response(ops.key_view(await _key(request)))
+
+
+async def update_key(request: Request, ctx: Context) -> Response:
+    await _key(request)
+    body = await _body(request, KeyUpdate)
+    record = await _services(request).keys.update(request.path_params["key_id"], body.model_dump(exclude_unset=True))
+    assert record is not None
+    return json_response(ops.key_view(record))
+
+
+async def revoke_key(request: Request, ctx: Context) -> Response:
+    await _key(request)
+    record = await _services(request).keys.revoke(request.path_params["key_id"])
+    assert record is not None
+    return json_response(ops.key_view(record))
+
+
+async def rotate_key(request: Request, ctx: Context) -> Response:
+    record, secret = await ops.rotate_key(_services(request).keys, request.path_params["key_id"])
+    return json_response(ops.key_view(record, secret))
+
+
+# ---- accounts and credits --------------------------------------------------------------------------------
+
+
+async def _account_view(s: AccountServices, account_id: str) -> dict[str, Any]:
+    account = await s.ledger.account(account_id)
+    if account is None:
+        raise NotFound(f"No account {account_id!r}.", param="account_id", code="account_not_found")
+    return account.public()
+
+
+async def create_account(request: Request, ctx: Context) -> Response:
+    account = await ops.create_account(_services(request).ledger, await _body(request, AccountCreate))
+    return json_response(account.public(), status=201)
+
+
+async def list_accounts(request: Request, ctx: Context) -> Response:
+    accounts = await _services(request).ledger.accounts()
+    return json_response({"object": "list", "data": [a.public() for a in accounts]})
+
+
+async def get_account(request: Request, ctx: Context) -> Response:
+    return json_response(await _account_view(_services(request), request.path_params["account_id"]))
+
+
+async def update_account(request: Request, ctx: Context) -> Response:
+    s, account_id = _services(request), request.path_params["account_id"]
+    await _account_view(s, account_id)
+    body = await _body(request, AccountUpdate)
+    await s.ledger.update_account(account_id, body.model_dump(exclude_unset=True))
+    return json_response(await _account_view(s, account_id))
+
+
+async def change_credits(request: Request, ctx: Context) -> Response:
+    s, account_id = _services(request), request.path_params["account_id"]
+    await _account_view(s, account_id)
+    body = await _body(request, CreditChange)
+    await s.ledger.credit(account_id, body.amount_micros, kind=body.kind, note=body.note)
+    return json_response(await _account_view(s, account_id))
+
+
+async def ledger(request: Request, ctx: Context) -> Response:
+    s, account_id = _services(request), request.path_params["account_id"]
+    await _account_view(s, account_id)
+    rows = await s.ledger.entries(account_id, int(request.query_params.get("limit", "1000")))
+    return json_response({"object": "list", "data": rows})
+
+
+# ---- usage -----------------------------------------------------------------------------------------------
+
+
+def _filter(request: Request) -> UsageFilter:
+    q = request.query_params
+    return UsageFilter(
+        q.get("key_id"), q.get("account_id"), q.get("model"), _float(request, "since"), _float(request, "until")
+    )
+
+
+async def usage(request: Request, ctx: Context) -> Response:
+    s = _services(request)
+    await s.usage_log.flush()
+    limit = min(int(request.query_params.get("limit", "100")), 10_000)
+    return json_response({"object": "list", "data": await s.usage.rows(_filter(request), limit)})
+
+
+async def usage_totals(request: Request, ctx: Context) -> Response:
+    s = _services(request)
+    by = request.query_params.get("by", "day")
+    if by not in GROUPS:
+        raise InvalidRequest(f"`by` must be one of {', '.join(GROUPS)}.", param="by")
+    await s.usage_log.flush()
+    return json_response({"object": "list", "by": by, "data": await s.usage.totals(by, _filter(request))})
+
+
+# ---- token exchange and the OpenAPI document -------------------------------------------------------------
+
+
+async def issue_token(request: Request, ctx: Context) -> Response:
+    """Trade the API key in the Authorization header for a short-lived signed bearer token."""
+    s = _services(request)
+    ctx.principal = await request.app.state.services.auth.authenticate(request)
+    body = TokenRequest()
+    if request.headers.get("content-length") not in (None, "0"):
+        body = await _body(request, TokenRequest)
+    ttl = min(body.ttl_s or s.config.accounts.token_ttl_s, s.config.accounts.token_ttl_s)
+    scopes = ctx.principal.scopes if body.scopes is None else ctx.principal.scopes & frozenset(body.scopes)
+    expires_at = int(time.time()) + ttl
+    token = tokens.issue(s.token_secret, ctx.principal.key_id, scopes, expires_at)
+    return json_response(
+        {
+            "object": "access_token",
+            "access_token": token,
+            "token_type": "Bearer",
+            "expires_in": ttl,
+            "expires_at": expires_at,
+            "scopes": sorted(scopes),
+            "key_id": ctx.principal.key_id,
+        }
+    )
+
+
+async def openapi(request: Request) -> Response:
+    return json_response(openapi_document())
+
+
+def _admin(handler: Any) -> Any:
+    return endpoint(render_error, handler, "admin")
+
+
+routes = [
+    Route("/admin/keys", _admin(create_key), methods=["POST"]),
+    Route("/admin/keys", _admin(list_keys), methods=["GET"]),
+    Route("/admin/keys/{key_id}", _admin(get_key), methods=["GET"]),
+    Route("/admin/keys/{key_id}", _admin(update_key), methods=["PATCH"]),
+    Route("/admin/keys/{key_id}/revoke", _admin(revoke_key), methods=["POST"]),
+    Route("/admin/keys/{key_id}/rotate", _admin(rotate_key), methods=["POST"]),
+    Route("/admin/accounts", _admin(create_account), methods=["POST"]),
+    Route("/admin/accounts", _admin(list_accounts), methods=["GET"]),
+    Route("/admin/accounts/{account_id}", _admin(get_account), methods=["GET"]),
+    Route("/admin/accounts/{account_id}", _admin(update_account), methods=["PATCH"]),
+    Route("/admin/accounts/{account_id}/credits", _admin(change_credits), methods=["POST"]),
+    Route("/admin/accounts/{account_id}/ledger", _admin(ledger), methods=["GET"]),
+    Route("/admin/usage", _admin(usage), methods=["GET"]),
+    Route("/admin/usage/totals", _admin(usage_totals), methods=["GET"]),
+    Route("/v1/auth/token", endpoint(render_error, issue_token, None), methods=["POST"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
+]

@@ -1,0 +1,166 @@
+"""The processors of one request, run as the pipeline's `ProcessorRun`, and the factory that builds them.
+
+`factory(env)` returns what `Pipeline(processors=...)` takes: a function of (context, request) that reads
+the request's list (either spelling), the key's `default_processors` and `enforced_processors` settings,
+and returns a `Chain`, or None when nothing is to run (the common case costs one dict lookup).
+
+The chain runs `pre` hooks in processor order, `post` hooks and stream filters in reverse order (the last to
+touch the request is the first to see the answer), times all of it into `timings.processors_ms`, and adds
+the metadata block to the answer: `processors` always, and `inferada` as well when the request used
+Inferada's spelling. In a stream the block rides on the chunk that carries `finish_reason`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from inferplex.canonical import ChatRequest
+from inferplex.catalog import Catalog
+from inferplex.errors import InvalidRequest
+from inferplex.processors.base import Again, Env, Exchange, Processor, known_processors, load_factory
+from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY, Requested, Spec, from_settings, merge, requested
+from inferplex.providers.base import Chunk, Target
+
+if TYPE_CHECKING:
+    from inferplex.pipeline import Context
+
+
+def check_known(specs: list[Spec] | None, param: str) -> None:
+    """A 400 naming the first unknown processor and where it was listed."""
+    known = known_processors()
+    for i, spec in enumerate(specs or ()):
+        if spec.name not in known:
+            raise InvalidRequest(
+                f"Unknown processor `{spec.name}` (known: {', '.join(sorted(known))}).",
+                param=f"{param}[{i}]",
+                code="unknown_processor",
+            )
+
+
+def build(specs: list[Spec], env: Env) -> list[Processor]:
+    return sorted((load_factory(spec.name)(spec.options, env) for spec in specs), key=lambda p: p.order)
+
+
+class Chain:
+    def __init__(self, processors: list[Processor], req: Requested, enforced: set[str]) -> None:
+        self.processors = processors
+        self.inferada = req.inferada
+        self.enforced = enforced
+        self.exchange = Exchange(language=req.language)
+
+    @property
+    def buffered(self) -> bool:
+        return any(p.buffered for p in self.processors)
+
+    def metadata(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for p in self.processors:
+            out[p.name] = {**p.metadata, **({"enforced": True} if p.name in self.enforced else {})}
+        return out
+
+    def _attach(self, target: dict[str, Any]) -> None:
+        block = self.metadata()
+        target["processors"] = block
+        if self.inferada:
+            target["inferada"] = block
+
+    async def pre(self, ctx: Context, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+        self.exchange.may_use = ctx.principal.may_use
+        started = time.perf_counter()
+        try:
+            for p in self.processors:
+                request, raw = await p.pre(self.exchange, request, raw)
+        finally:
+            ctx.timings.processors_ms += (time.perf_counter() - started) * 1000
+        return request, raw
+
+    async def post(self, ctx: Context, response: Chunk, again: Again) -> Chunk:
+        started = time.perf_counter()
+        upstream_ms = 0.0
+
+        async def timed_again(request: ChatRequest, raw: dict[str, Any]) -> Chunk:
+            # A retry's time is the model's, not the processors'.
+            nonlocal upstream_ms
+            t = time.perf_counter()
+            try:
+                return await again(request, raw)
+            finally:
+                upstream_ms += (time.perf_counter() - t) * 1000
+
+        try:
+            for p in reversed(self.processors):
+                response = await p.post(self.exchange, response, timed_again)
+        finally:
+            ctx.timings.processors_ms += (time.perf_counter() - started) * 1000 - upstream_ms
+        self._attach(response)
+        return response
+
+    def stream(self, ctx: Context, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+        waited = [0.0]
+        out = _waiting(chunks, waited)
+        for p in reversed(self.processors):
+            out = p.stream(self.exchange, out)
+        return self._timed_stream(ctx, out, waited)
+
+    async def _timed_stream(
+        self, ctx: Context, chunks: AsyncIterator[Chunk], waited: list[float]
+    ) -> AsyncIterator[Chunk]:
+        """The filters' own time is the time to get each chunk through them less the wait for the upstream."""
+        attached = False
+        it = chunks.__aiter__()
+        while True:
+            started, before = time.perf_counter(), waited[0]
+            try:
+                chunk = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            ctx.timings.processors_ms += (time.perf_counter() - started) * 1000 - (waited[0] - before)
+            if not attached and any(c.get("finish_reason") for c in chunk.get("choices") or ()):
+                self._attach(chunk)
+                attached = True
+            yield chunk
+
+
+async def _waiting(chunks: AsyncIterator[Chunk], waited: list[float]) -> AsyncIterator[Chunk]:
+    it = chunks.__aiter__()
+    while True:
+        started = time.perf_counter()
+        try:
+            chunk = await it.__anext__()
+        except StopAsyncIteration:
+            return
+        finally:
+            waited[0] += (time.perf_counter() - started) * 1000
+        yield chunk
+
+
+def factory(env: Env) -> Callable[[Context, ChatRequest], Chain | None]:
+    def make(ctx: Context, request: ChatRequest) -> Chain | None:
+        raw = request.model_extra or {}
+        req = requested(raw)
+        check_known(req.specs, "inferada.processors" if req.inferada else "processors")
+        settings = ctx.principal.settings
+        enforced = from_settings(settings, ENFORCED_KEY)
+        defaults = from_settings(settings, DEFAULTS_KEY)
+        check_known(enforced, ENFORCED_KEY)
+        check_known(defaults, DEFAULTS_KEY)
+        specs = merge(req.specs, defaults, enforced)
+        if not specs:
+            return None
+        return Chain(build(specs, env), req, {s.name for s in enforced})
+
+    return make
+
+
+def gateway_factory(catalog: Catalog, router: object) -> Callable[[Context, ChatRequest], Chain | None]:
+    """The factory as the app wires it: the catalog, and time to first token from the router's statistics."""
+    from inferplex.routing.router import deployment_key
+
+    stats = getattr(router, "stats", None)
+
+    def latency_ms(target: Target) -> float | None:
+        return None if stats is None else stats[deployment_key(target)].ttft_ms
+
+    return factory(Env(catalog, latency_ms))

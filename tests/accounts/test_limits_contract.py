@@ -1,0 +1,94 @@
+"""The limit-store contract: in-memory and Redis (its own key prefix) pass the same tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from inferplex.limits import LimitStore, LimitsUnavailable
+from inferplex.limits.memory import MemoryLimits
+from inferplex.limits.redis import RedisLimits
+from inferplex.limits.slots import FairSlots
+from tests.accounts.conftest import REDIS_URL
+from tests.gateway_server import free_port
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[LimitStore]:
+    if request.param == "memory":
+        s: LimitStore = MemoryLimits()
+    else:
+        s = RedisLimits(REDIS_URL, request.getfixturevalue("redis_prefix"))
+    yield s
+    await s.aclose()
+
+
+async def test_a_rate_admits_exactly_its_limit_even_under_concurrency(store: LimitStore) -> None:
+    waits = await asyncio.gather(*(store.take("k:rpm", 1, 10, 60) for _ in range(50)))
+    assert sum(w == 0 for w in waits) == 10
+    assert all(0 < w <= 6.01 for w in waits if w)  # one slot comes back every 60/10 s
+    assert await store.take("other:rpm", 1, 10, 60) == 0  # keys are independent
+
+
+async def test_token_amounts_and_charged_debt(store: LimitStore) -> None:
+    assert await store.take("k:tpm", 600, 1000, 60) == 0
+    assert await store.take("k:tpm", 600, 1000, 60) > 0  # 400 left: refused
+    assert await store.take("k:tpm", 400, 1000, 60) == 0
+    await store.charge("k2:tpm", 1500, 1000, 60)  # output already produced: charged even past the limit
+    wait = await store.take("k2:tpm", 1, 1000, 60)
+    assert 29 < wait <= 30.1  # 500 tokens of debt at 1000/min, plus one token
+
+
+async def test_a_request_larger_than_the_bucket_passes_only_when_it_is_full(store: LimitStore) -> None:
+    assert await store.take("k:tpm", 5000, 1000, 60) == 0
+    assert await store.take("k:tpm", 1, 1000, 60) > 0
+
+
+async def test_concurrency_slots(store: LimitStore) -> None:
+    got = await asyncio.gather(*(store.try_acquire("c", 3, f"h{i}") for i in range(10)))
+    assert sum(got) == 3 and await store.in_use("c") == 3
+    holder = f"h{got.index(True)}"
+    await store.release("c", holder)
+    await store.release("c", holder)  # releasing twice frees one slot, not two
+    assert await store.in_use("c") == 2
+    assert await store.try_acquire("c", 3, "new") and not await store.try_acquire("c", 3, "newer")
+
+
+async def test_fair_slots_serve_waiters_in_arrival_order_and_time_out(store: LimitStore) -> None:
+    slots = FairSlots(store, poll_s=0.01)
+    assert await slots.acquire("q", 1, "first", 1.0) == 0.0
+    order: list[str] = []
+
+    async def wait(name: str) -> None:
+        if await slots.acquire("q", 1, name, 5.0) is not None:
+            order.append(name)
+            await slots.release("q", name)
+
+    waiters = [asyncio.create_task(wait(f"w{i}")) for i in range(5)]
+    await asyncio.sleep(0.05)
+    assert await slots.acquire("q", 1, "late", 0.05) is None  # queue is full of earlier arrivals: timed out
+    await slots.release("q", "first")
+    await asyncio.gather(*waiters)
+    assert order == [f"w{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+async def test_redis_outage_follows_the_policy_without_hanging(fail_open: bool) -> None:
+    store = RedisLimits(f"redis://127.0.0.1:{free_port()}/0", "x:", fail_open=fail_open, timeout_s=0.2)
+    start = time.monotonic()
+    try:
+        if fail_open:
+            assert await store.take("k", 1, 1, 60) == 0
+            assert await store.try_acquire("c", 1, "h")
+        else:
+            with pytest.raises(LimitsUnavailable):
+                await store.take("k", 1, 1, 60)
+            with pytest.raises(LimitsUnavailable):
+                await store.try_acquire("c", 1, "h")
+        await store.release("c", "h")  # never raises
+    finally:
+        await store.aclose()
+    assert time.monotonic() - start < 5  # a hang would be minutes: this only guards against that

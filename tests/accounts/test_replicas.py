@@ -1,0 +1,137 @@
+"""Two real gateway processes sharing PostgreSQL and Redis: limits and concurrency are global."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.accounts.conftest import REDIS_URL, Admin, billing_config
+from tests.fakes.openai_upstream import FakeOpenAI
+from tests.gateway_server import free_port
+
+MASTER = "ipx-replica-test-master"
+
+
+@pytest.fixture(scope="module")
+def replicas(fake_openai: FakeOpenAI, pg_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    tmp = tmp_path_factory.mktemp("replicas")
+    prefix = f"inferplex_test:{os.urandom(6).hex()}:"
+    config = billing_config(
+        fake_openai,
+        tmp,
+        pg_url,
+        storage={"redis_url": REDIS_URL, "redis_prefix": prefix},
+        accounts={"max_queue_wait_s": 20},
+    )
+    config["server"]["master_key"] = "env:INFERPLEX_TEST_MASTER"
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "INFERPLEX_TEST_MASTER": MASTER}
+    ports = [free_port(), free_port()]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for port in ports  # started together: both run the migrations, under the advisory lock
+    ]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    try:
+        deadline = time.monotonic() + 60
+        for url, proc in zip(urls, procs, strict=True):
+            while True:
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                try:
+                    if httpx.get(url + "/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "gateway did not start"
+                time.sleep(0.1)
+        yield urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(15)
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL)
+        keys = list(client.scan_iter(prefix + "*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+
+def _post(client: httpx.AsyncClient, url: str, key: str, model: str) -> object:
+    return client.post(
+        url + "/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": "a b c"}], "max_tokens": 2},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+
+def test_a_rate_limit_admits_exactly_n_across_both_replicas(replicas: list[str]) -> None:
+    admin = Admin(replicas[0], MASTER)
+    key = admin.create_key(credits_micros=100_000, rpm=7)["key"]
+    admin.close()
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            calls = [_post(client, replicas[i % 2], key, "priced") for i in range(20)]
+            return [r.status_code for r in await asyncio.gather(*calls)]  # type: ignore[attr-defined]
+
+    statuses = asyncio.run(burst())
+    assert statuses.count(200) == 7 and statuses.count(429) == 13
+
+
+def test_a_concurrency_limit_holds_across_both_replicas(replicas: list[str], fake_openai: FakeOpenAI) -> None:
+    admin = Admin(replicas[1], MASTER)
+    created = admin.create_key(credits_micros=100_000, max_concurrent=2)
+    fake_openai.state.max_in_flight = 0
+
+    async def burst() -> list[int]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            calls = [_post(client, replicas[i % 2], created["key"], "sleep-300") for i in range(8)]
+            return [r.status_code for r in await asyncio.gather(*calls)]  # type: ignore[attr-defined]
+
+    statuses = asyncio.run(burst())
+    assert statuses == [200] * 8
+    assert fake_openai.state.max_in_flight == 2
+    balance = admin.account(created["account_id"])["balance_micros"]
+    assert balance == 100_000 - 8 * 6 == sum(e["amount_micros"] for e in admin.ledger(created["account_id"]))
+    admin.close()
+
+
+def test_both_replicas_share_keys_and_see_a_revocation_at_once(replicas: list[str]) -> None:
+    admin = Admin(replicas[0], MASTER)
+    created = admin.create_key(credits_micros=100_000)
+    token = httpx.post(replicas[0] + "/v1/auth/token", headers={"Authorization": f"Bearer {created['key']}"}).json()[
+        "access_token"
+    ]
+    headers = {"Authorization": f"Bearer {token}"}
+    assert httpx.get(replicas[1] + "/v1/models", headers=headers).status_code == 200
+    admin.client.post(f"/admin/keys/{created['id']}/revoke")
+    assert httpx.get(replicas[1] + "/v1/models", headers=headers).status_code == 401
+    admin.close()
+
+
+def test_db_upgrade_from_the_cli(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"server": {"data_dir": str(tmp_path)}}))
+    out = subprocess.run(
+        [sys.executable, "-m", "inferplex", "db", "upgrade", "--config", str(path)], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and "newest schema" in out.stdout, out.stderr
+    assert (tmp_path / "inferplex.db").exists()

@@ -1,0 +1,153 @@
+"""The store contract: every SQL engine (SQLite file, PostgreSQL) passes the same tests."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from inferplex.accounts.keys import key_digest
+from inferplex.store.engine import Database
+from inferplex.store.keys import KeyRecord, KeyStore
+from inferplex.store.ledger import Ledger
+from inferplex.store.usage import UsageFilter, UsageStore
+from tests.accounts.conftest import sqlite_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    url = sqlite_url(tmp_path) if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    # Two replicas starting at once both migrate: the lock makes that safe.
+    first, second = Database(url), Database(url)
+    await asyncio.gather(first.migrate(), second.migrate())
+    await second.aclose()
+    if not first.is_sqlite:  # the PostgreSQL database is shared by the module: start from empty tables
+        async with first.begin() as conn:
+            await conn.execute(text("TRUNCATE accounts, api_keys, ledger, usage"))
+    yield first
+    await first.aclose()
+
+
+def _key(secret: str, **kw: object) -> KeyRecord:
+    return KeyRecord(id="key_" + secret[-6:], hash=key_digest(secret), prefix=secret[:8], name="k", **kw)  # type: ignore[arg-type]
+
+
+async def test_migrating_again_changes_nothing_and_keeps_data(db: Database) -> None:
+    ledger = Ledger(db)
+    account = await ledger.create_account("a")
+    await ledger.credit(account.id, 5)
+    await db.migrate()
+    found = await ledger.account(account.id)
+    assert found is not None and found.balance_micros == 5
+
+
+async def test_keys_are_found_by_digest_and_carry_their_account_limits(db: Database) -> None:
+    ledger, keys = Ledger(db), KeyStore(db)
+    account = await ledger.create_account("team", rpm=7, max_concurrent=2)
+    record = _key("ipx-secret-aaaaaa", account_id=account.id, scopes=["chat"], allowed_models=["gpt-*"], rpm=3)
+    await keys.create(record)
+    found = await keys.by_hash(key_digest("ipx-secret-aaaaaa"))
+    assert found is not None
+    got, limits = found
+    assert (got.id, got.scopes, got.allowed_models, got.rpm) == (record.id, ["chat"], ["gpt-*"], 3)
+    assert (limits.rpm, limits.tpm, limits.max_concurrent) == (7, None, 2)
+    assert await keys.by_hash(key_digest("ipx-other")) is None
+    by_id = await keys.by_id_with_account(record.id)
+    assert by_id is not None and by_id[0].hash == record.hash
+
+
+async def test_keys_update_revoke_and_rotate(db: Database) -> None:
+    keys = KeyStore(db)
+    record = _key("ipx-secret-bbbbbb")
+    await keys.create(record)
+    updated = await keys.update(record.id, {"name": "renamed", "tpm": 100, "hash": "ignored"})
+    assert updated is not None and (updated.name, updated.tpm, updated.hash) == ("renamed", 100, record.hash)
+    rotated = await keys.rotate(record.id, key_digest("ipx-new"), "ipx-new")
+    assert rotated is not None and await keys.by_hash(record.hash) is None
+    assert await keys.by_hash(key_digest("ipx-new")) is not None
+    revoked = await keys.revoke(record.id)
+    assert revoked is not None and revoked.revoked_at is not None
+    assert await keys.rotate(record.id, key_digest("ipx-3"), "ipx-3") is None  # a revoked key stays revoked
+    assert [k.id for k in await keys.list()] == [record.id]
+
+
+async def test_ledger_reserve_settle_and_balance_equals_ledger_sum(db: Database) -> None:
+    ledger = Ledger(db)
+    account = await ledger.create_account("a")
+    assert await ledger.credit(account.id, 1000) == 1000
+    assert await ledger.reserve(account.id, 600, request_id="r1", key_id="k") == 400
+    assert await ledger.reserve(account.id, 600, request_id="r2", key_id="k") is None  # refused, nothing changed
+    assert await ledger.settle(account.id, 600, 250, request_id="r1", key_id="k") == 750
+    assert await ledger.credit(account.id, 50, kind="refund", note="goodwill") == 800
+    entries = await ledger.entries(account.id)
+    assert [(e["kind"], e["amount_micros"]) for e in reversed(entries)] == [
+        ("topup", 1000),
+        ("reserve", -600),
+        ("settle", 350),
+        ("refund", 50),
+    ]
+    found = await ledger.account(account.id)
+    assert found is not None and found.balance_micros == await ledger.ledger_sum(account.id) == 800
+
+
+async def test_concurrent_reservations_never_overdraw(db: Database) -> None:
+    ledger = Ledger(db)
+    account = await ledger.create_account("a")
+    await ledger.credit(account.id, 50 * 7)
+    results = await asyncio.gather(
+        *(ledger.reserve(account.id, 7, request_id=f"r{i}", key_id=None) for i in range(200))
+    )
+    assert sum(r is not None for r in results) == 50
+    found = await ledger.account(account.id)
+    assert found is not None and found.balance_micros == 0 == await ledger.ledger_sum(account.id)
+
+
+async def test_usage_rows_filters_and_totals(db: Database) -> None:
+    store = UsageStore(db)
+    now = time.time()
+
+    def row(i: int, model: str, key: str, tags: list[str]) -> dict[str, object]:
+        return {
+            "request_id": f"req_{i}",
+            "created_at": now + i,
+            "key_id": key,
+            "account_id": "acct",
+            "model": model,
+            "provider": "p",
+            "deployment": "d",
+            "status": 200,
+            "prompt_tokens": 10,
+            "completion_tokens": i,
+            "cached_tokens": 1,
+            "estimated": 0,
+            "cost_micros": 100 * i,
+            "total_ms": 1.0,
+            "upstream_ms": 0.5,
+            "ttft_ms": None,
+            "queued_ms": 0.0,
+            "tags": tags,
+            "end_user": "u",
+            "request_body": None,
+            "response_body": None,
+        }
+
+    await store.append([row(1, "m1", "k1", ["a"]), row(2, "m1", "k2", ["a", "b"]), row(3, "m2", "k1", [])])
+    rows = await store.rows(UsageFilter(key_id="k1"))
+    assert [r["request_id"] for r in rows] == ["req_3", "req_1"]
+    assert [r["request_id"] for r in await store.rows(UsageFilter(model="m1", since=now + 2))] == ["req_2"]
+    by_model = {r["group"]: r for r in await store.totals("model", UsageFilter())}
+    assert (by_model["m1"]["requests"], by_model["m1"]["cost_micros"], by_model["m2"]["completion_tokens"]) == (
+        2,
+        300,
+        3,
+    )
+    by_tag = {r["group"]: r["requests"] for r in await store.totals("tag", UsageFilter())}
+    assert by_tag == {"a": 2, "b": 1}
+    by_key = {r["group"]: r["requests"] for r in await store.totals("key", UsageFilter())}
+    assert by_key == {"k1": 2, "k2": 1}
+    days = await store.totals("day", UsageFilter())
+    assert sum(d["requests"] for d in days) == 3 and all(len(d["group"]) == 10 for d in days)

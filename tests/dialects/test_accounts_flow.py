@@ -1,0 +1,133 @@
+"""The seed dialects with real keys, tokens and credits: OneInfer's token flow, its 403 for insufficient
+credit, Unify's tags in the usage log, and InferExchange billed per token exactly like the OpenAI route."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.gateway_server import GatewayServer
+
+ONEINFER_EXAMPLE = {
+    "provider": "openai",
+    "model": "gpt-4o-mini",
+    "messages": [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Tell me about AI."},
+    ],
+    "temperature": 0.7,
+    "max_tokens": 1000,
+    "stream": False,
+}
+USER = [{"role": "user", "content": "What is machine learning?"}]
+
+
+@pytest.fixture(scope="module")
+def admin(seed_gateway: GatewayServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=seed_gateway.url, headers=seed_gateway.auth, timeout=30) as client:
+        yield client
+
+
+def new_key(admin: httpx.Client, credits_micros: int, **body: Any) -> dict[str, Any]:
+    resp = admin.post("/admin/keys", json={"name": "seed-dialects", "credits_micros": credits_micros, **body})
+    assert resp.status_code == 201, resp.text
+    key: dict[str, Any] = resp.json()
+    return key
+
+
+def usage_rows(admin: httpx.Client, key_id: str, expected: int) -> list[dict[str, Any]]:
+    """The key's usage rows, newest first, once all `expected` are written (settling ends after the answer)."""
+    deadline = time.monotonic() + 10
+    while True:
+        resp = admin.get("/admin/usage", params={"key_id": key_id})
+        assert resp.status_code == 200, resp.text
+        rows: list[dict[str, Any]] = resp.json()["data"]
+        if len(rows) >= expected or time.monotonic() > deadline:
+            assert len(rows) == expected, rows
+            return rows
+        time.sleep(0.05)
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def test_oneinfer_flow_exchange_the_key_for_a_token_then_call(seed_gateway: GatewayServer, admin: httpx.Client) -> None:
+    key = new_key(admin, 10_000_000)
+    exchanged = httpx.post(seed_gateway.url + "/v1/auth/token", headers=bearer(key["key"]), timeout=10)
+    assert exchanged.status_code == 200, exchanged.text
+    token = exchanged.json()["access_token"]
+    assert exchanged.json()["token_type"] == "Bearer" and token != key["key"]
+
+    url = seed_gateway.url + "/v1/ula/chat/completions"
+    resp = httpx.post(url, json=ONEINFER_EXAMPLE, headers=bearer(token), timeout=10)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["api_details"]["api_status"] == "success"
+    assert body["data"]["text"] == "echo: Tell me about AI."
+
+    with httpx.stream("POST", url, json={**ONEINFER_EXAMPLE, "stream": True}, headers=bearer(token)) as stream:
+        lines = [line for line in stream.iter_lines() if line]
+    assert stream.status_code == 200 and lines[-1] == "data: [DONE]"
+    assert json.loads(lines[-2].removeprefix("data: "))["id"] == "chunk_final"
+
+    rows = usage_rows(admin, key["id"], 2)
+    assert all(r["model"] == "gpt-4o-mini" and r["cost_micros"] > 0 for r in rows)
+    account = admin.get(f"/admin/accounts/{key['account_id']}").json()
+    assert account["balance_micros"] == 10_000_000 - sum(r["cost_micros"] for r in rows)
+
+
+def test_oneinfer_bad_token_is_a_401_envelope(seed_gateway: GatewayServer) -> None:
+    url = seed_gateway.url + "/v1/ula/chat/completions"
+    resp = httpx.post(url, json=ONEINFER_EXAMPLE, headers=bearer("ipxt.e30.bogus"), timeout=10)
+    assert resp.status_code == 401
+    assert resp.json()["api_details"]["api_status"] == "error" and resp.json()["error"]["status"] == 401
+
+
+def test_oneinfer_insufficient_credit_is_a_403_envelope(seed_gateway: GatewayServer, admin: httpx.Client) -> None:
+    key = new_key(admin, 0)
+    url = seed_gateway.url + "/v1/ula/chat/completions"
+    resp = httpx.post(url, json=ONEINFER_EXAMPLE, headers=bearer(key["key"]), timeout=10)
+    assert resp.status_code == 403, resp.text
+    body = resp.json()
+    assert body["api_details"]["api_status"] == "error" and body["data"] == {}
+    assert body["error"]["status"] == 403 and "credit" in body["error"]["message"].lower()
+
+
+def test_unify_tags_and_log_flags_reach_the_usage_log(seed_gateway: GatewayServer, admin: httpx.Client) -> None:
+    key = new_key(admin, 10_000_000)
+    body = {
+        "model": "gpt-4o-mini@openai",
+        "messages": USER,
+        "tags": "team-a, nightly",
+        "signature": "python",
+        "log_query_body": True,
+        "log_response_body": False,
+    }
+    resp = httpx.post(seed_gateway.url + "/v0/chat/completions", json=body, headers=bearer(key["key"]), timeout=10)
+    assert resp.status_code == 200, resp.text
+    (row,) = usage_rows(admin, key["id"], 1)
+    assert {"team-a", "nightly"} <= set(row["tags"])
+    assert row["request_body"] is not None and row["response_body"] is None
+    totals = admin.get("/admin/usage/totals", params={"by": "tag", "key_id": key["id"]})
+    assert totals.status_code == 200, totals.text
+    assert {"team-a", "nightly"} <= {g["group"] for g in totals.json()["data"]}
+
+
+def test_inferexchange_is_billed_per_token_like_the_openai_route(
+    seed_gateway: GatewayServer, admin: httpx.Client
+) -> None:
+    key = new_key(admin, 10_000_000)
+    body = {"model": "llama-3.1-8b", "messages": USER, "temperature": 0.7, "max_tokens": 500}
+    for path in ("/api/v1/chat/completions", "/v1/chat/completions"):
+        resp = httpx.post(seed_gateway.url + path, json=body, headers=bearer(key["key"]), timeout=10)
+        assert resp.status_code == 200, resp.text
+    inferexchange, openai_route = reversed(usage_rows(admin, key["id"], 2))
+    for name in ("model", "prompt_tokens", "completion_tokens", "cost_micros"):
+        assert inferexchange[name] == openai_route[name], name
+    assert inferexchange["cost_micros"] > 0
