@@ -4,8 +4,9 @@
   still estimates the request and queues a usage row, as for every request);
 - `key-sqlite`: an API key with credits, rpm/tpm and a concurrency limit, SQLite (file in a temp dir):
   a key lookup, two rate buckets, a concurrency slot, a reservation and a settlement per request;
-- `key-postgres-redis`: the same key on PostgreSQL (a fresh database, dropped after) and Redis (its own
-  key prefix, deleted after): what a multi-replica deployment pays.
+- `key-postgres`: the same key on PostgreSQL (a fresh database, dropped after), limits in memory;
+- `key-postgres-redis`: the same plus Redis for the limits (its own key prefix, deleted after): what a
+  multi-replica deployment pays.
 
 Each gateway is a real `inferplex serve` process in front of bench/upstream.py (pre-built answers), driven
 open-loop at a fixed rate by bench/loadgen.py; the difference in latency between rows is the overhead.
@@ -160,11 +161,9 @@ def main() -> int:
                 print(f"PostgreSQL unreachable ({exc}); skipping key-postgres-redis", file=sys.stderr)
             else:
                 try:
-                    storage = {
-                        "database_url": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}",
-                        "redis_url": REDIS_URL,
-                        "redis_prefix": prefix,
-                    }
+                    pg = {"database_url": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}"}
+                    rows.append(run_gateway("key-postgres", config(up, tmp, pg), tmp, True, args))
+                    storage = {**pg, "redis_url": REDIS_URL, "redis_prefix": prefix}
                     rows.append(run_gateway("key-postgres-redis", config(up, tmp, storage), tmp, True, args))
                 finally:
                     _pg(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')

@@ -473,11 +473,11 @@ def table(r: dict[str, Any]) -> str:
 
 def busy_note(r: dict[str, Any]) -> list[str]:
     """A warning when other processes competed for the cores: the gateway, saturated by wrk, got well under
-    its whole core, or the load average was high before this run started (its own load comes after)."""
+    its whole core (or, without a throughput phase, the load average was high before this run started)."""
     cores = os.cpu_count() or 1
     before = float(r["loadavg_before"].split()[0])
     share = r.get("throughput", {}).get("gateway", {}).get("cpu_pct")
-    if before < 0.5 * cores and (share is None or share >= 90):
+    if (share is not None and share >= 90) or (share is None and before < 0.5 * cores):
         return []
     got = f"the gateway had {share:.0f}% of its core under full load; " if share is not None else ""
     return [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 import threading
 import time
 from typing import Any
@@ -22,6 +23,9 @@ def free_port() -> int:
 
 class GatewayServer:
     def __init__(self, config: Config | dict[str, Any], master_key: str = "ipx-test-master-key") -> None:
+        if isinstance(config, dict) and "data_dir" not in config.get("server", {}):
+            # Each test gateway keeps its SQLite store and generated secrets in a directory of its own.
+            config = {**config, "server": {**config.get("server", {}), "data_dir": tempfile.mkdtemp(prefix="ipx-test-")}}
         self.config = config if isinstance(config, Config) else parse_config(config, "<test>")
         self.master_key = master_key
         self.port = free_port()
@@ -35,6 +39,7 @@ class GatewayServer:
             log_level="warning",
             access_log=False,
             lifespan="on",
+            timeout_graceful_shutdown=2,
         )
         self.server = uvicorn.Server(uv_config)
         self._thread: threading.Thread | None = None

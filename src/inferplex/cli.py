@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import secrets
 import sys
@@ -79,6 +80,12 @@ def _serve(args: argparse.Namespace) -> int:
         f'-d \'{{"model": "{example}", "messages": [{{"role": "user", "content": "Hello"}}]}}\'',
         flush=True,
     )
+    # Requests leave almost no reference cycles, but the default thresholds run full collections that
+    # pause the loop for tens of ms under load (docs/benchmarks.md): freeze what start-up allocated and
+    # collect the young generation less often.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
     uvicorn.run(
         app,
         host=host,
@@ -89,6 +96,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         server_header=False,
         date_header=False,
+        proxy_headers=False,  # X-Forwarded-For is trusted only from configured proxies (accounts/auth)
     )
     return 0
 

@@ -171,7 +171,8 @@ class ServerConfig(_Strict):
 class StorageConfig(_Strict):
     """Where keys, credits and usage live (SQL), and what replicas share for limits (Redis, optional).
 
-    Without `database_url`, an SQLite file in `server.data_dir`. Without `redis_url`, limits are per replica.
+    Without `database_url`, an SQLite file in `server.data_dir` (`sqlite:///path`; `sqlite+aiosqlite://` is read
+    the same way). Without `redis_url`, limits are per replica.
     `redis_failure`: when Redis is unreachable, `open` admits requests unlimited, `closed` refuses them (503).
     """
 

@@ -15,6 +15,7 @@ Nothing here knows about HTTP requests or any provider's wire format.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,15 @@ from inferplex.routing.options import route_options
 from inferplex.timings import Timings
 
 T = TypeVar("T")
+
+# Request ids: a random per-process prefix and a counter. Unique across replicas and restarts without a
+# getrandom() syscall per request (measured at about 1% of a request's CPU).
+_ID_PREFIX = "req_" + secrets.token_hex(6)
+_ids = itertools.count(1)
+
+
+def _new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_ids):012x}"
 
 
 @dataclass(slots=True)
@@ -49,7 +59,7 @@ class Attempt:
 class Context:
     """Everything the gateway learns about one request while serving it."""
 
-    request_id: str = field(default_factory=lambda: "req_" + secrets.token_hex(12))
+    request_id: str = field(default_factory=lambda: _new_request_id())
     timings: Timings = field(default_factory=Timings.begin)
     info: CallInfo = field(default_factory=CallInfo)
     principal: Principal = MASTER

@@ -59,7 +59,7 @@ def redis_prefix() -> Iterator[str]:
 
 
 def sqlite_url(tmp: Path) -> str:
-    return f"sqlite+aiosqlite:///{tmp / 'inferplex.db'}"
+    return f"sqlite:///{tmp / 'inferplex.db'}"
 
 
 def billing_config(fake: FakeOpenAI, tmp: Path, database_url: str | None = None, **extra: Any) -> dict[str, Any]:

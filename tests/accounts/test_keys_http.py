@@ -148,3 +148,32 @@ def test_a_key_never_appears_in_logs_usage_or_responses(
     assert secret not in caplog.text
     db = Path(server.config.server.data_dir) / "inferplex.db"
     assert secret.encode() not in b"".join(p.read_bytes() for p in db.parent.glob("inferplex.db*"))
+
+
+def test_a_key_enforces_its_processors_and_a_request_cannot_switch_them_off(
+    server: GatewayServer, admin: Admin, fake_openai: FakeOpenAI
+) -> None:
+    created = admin.create_key(name="pii", credits_micros=1_000_000, enforced_processors=["pii_redact"])
+    assert created["enforced_processors"] == ["pii_redact"]
+    body = {
+        "model": "echo-model",
+        "messages": [{"role": "user", "content": "mail me at jane.doe@example.com"}],
+        "processors": [],
+    }
+    r = httpx.post(
+        server.base_url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {created['key']}"}
+    )
+    assert r.status_code == 200, r.text
+    sent = fake_openai.state.last().body["messages"][0]["content"]
+    assert "jane.doe@example.com" not in sent and "[EMAIL_1]" in sent
+    assert "pii_redact" in str(r.json()["processors"])
+    # The same request with the master key (no enforced processors) reaches the upstream unredacted.
+    r = httpx.post(
+        server.base_url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {server.master_key}"}
+    )
+    assert r.status_code == 200 and "jane.doe@example.com" in fake_openai.state.last().body["messages"][0]["content"]
+
+
+def test_unknown_processor_on_a_key_is_refused_when_written(admin: Admin) -> None:
+    r = admin.client.post("/admin/keys", json={"name": "bad", "default_processors": ["teleport"]})
+    assert r.status_code == 400 and "teleport" in r.json()["error"]["message"]

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from inferplex.limits import LimitStore, LimitsUnavailable
+from inferplex.limits import LimitStore, LimitsUnavailable, Rate
 from inferplex.limits.memory import MemoryLimits
 from inferplex.limits.redis import RedisLimits
 from inferplex.limits.slots import FairSlots
@@ -26,25 +26,39 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[LimitStore]:
     await s.aclose()
 
 
+def rate(key: str, amount: int, limit: int) -> list[Rate]:
+    return [Rate(key, amount, limit, 60)]
+
+
 async def test_a_rate_admits_exactly_its_limit_even_under_concurrency(store: LimitStore) -> None:
-    waits = await asyncio.gather(*(store.take("k:rpm", 1, 10, 60) for _ in range(50)))
+    results = await asyncio.gather(*(store.take(rate("k:rpm", 1, 10)) for _ in range(50)))
+    waits = [w for w, _ in results]
     assert sum(w == 0 for w in waits) == 10
     assert all(0 < w <= 6.01 for w in waits if w)  # one slot comes back every 60/10 s
-    assert await store.take("other:rpm", 1, 10, 60) == 0  # keys are independent
+    assert await store.take(rate("other:rpm", 1, 10)) == (0.0, -1)  # keys are independent
 
 
 async def test_token_amounts_and_charged_debt(store: LimitStore) -> None:
-    assert await store.take("k:tpm", 600, 1000, 60) == 0
-    assert await store.take("k:tpm", 600, 1000, 60) > 0  # 400 left: refused
-    assert await store.take("k:tpm", 400, 1000, 60) == 0
-    await store.charge("k2:tpm", 1500, 1000, 60)  # output already produced: charged even past the limit
-    wait = await store.take("k2:tpm", 1, 1000, 60)
+    assert (await store.take(rate("k:tpm", 600, 1000)))[0] == 0
+    assert (await store.take(rate("k:tpm", 600, 1000)))[0] > 0  # 400 left: refused
+    assert (await store.take(rate("k:tpm", 400, 1000)))[0] == 0
+    await store.charge(rate("k2:tpm", 1500, 1000))  # output already produced: charged even past the limit
+    wait, _ = await store.take(rate("k2:tpm", 1, 1000))
     assert 29 < wait <= 30.1  # 500 tokens of debt at 1000/min, plus one token
 
 
 async def test_a_request_larger_than_the_bucket_passes_only_when_it_is_full(store: LimitStore) -> None:
-    assert await store.take("k:tpm", 5000, 1000, 60) == 0
-    assert await store.take("k:tpm", 1, 1000, 60) > 0
+    assert (await store.take(rate("k:tpm", 5000, 1000)))[0] == 0
+    assert (await store.take(rate("k:tpm", 1, 1000)))[0] > 0
+
+
+async def test_several_rates_are_all_or_nothing_and_name_the_binding_one(store: LimitStore) -> None:
+    both = [Rate("key:rpm", 1, 100, 60), Rate("acct:rpm", 1, 2, 60)]
+    assert (await store.take(both))[0] == 0 and (await store.take(both))[0] == 0
+    wait, worst = await store.take(both)
+    assert wait > 0 and worst == 1  # the account's limit binds
+    # the refused request charged nothing to the key's bucket: 98 more fit in it
+    assert (await store.take([Rate("key:rpm", 98, 100, 60)]))[0] == 0
 
 
 async def test_concurrency_slots(store: LimitStore) -> None:
@@ -81,11 +95,11 @@ async def test_redis_outage_follows_the_policy_without_hanging(fail_open: bool) 
     start = time.monotonic()
     try:
         if fail_open:
-            assert await store.take("k", 1, 1, 60) == 0
+            assert await store.take(rate("k", 1, 1)) == (0.0, -1)
             assert await store.try_acquire("c", 1, "h")
         else:
             with pytest.raises(LimitsUnavailable):
-                await store.take("k", 1, 1, 60)
+                await store.take(rate("k", 1, 1))
             with pytest.raises(LimitsUnavailable):
                 await store.try_acquire("c", 1, "h")
         await store.release("c", "h")  # never raises

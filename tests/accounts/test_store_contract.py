@@ -26,8 +26,7 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Da
     await asyncio.gather(first.migrate(), second.migrate())
     await second.aclose()
     if not first.is_sqlite:  # the PostgreSQL database is shared by the module: start from empty tables
-        async with first.begin() as conn:
-            await conn.execute(text("TRUNCATE accounts, api_keys, ledger, usage"))
+        await first.write(lambda conn: conn.execute(text("TRUNCATE accounts, api_keys, ledger, usage")))
     yield first
     await first.aclose()
 

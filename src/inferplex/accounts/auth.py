@@ -19,6 +19,7 @@ from inferplex.accounts.limits import Limits, PrincipalLimits
 from inferplex.accounts.tokens import TOKEN_PREFIX, verify
 from inferplex.auth import MASTER, MasterKeyAuth, Principal, credential
 from inferplex.errors import PermissionDenied, Unauthenticated
+from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY
 from inferplex.store.keys import AccountLimits, KeyRecord, KeyStore
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -62,7 +63,11 @@ def principal_of(record: KeyRecord, account: AccountLimits, scopes: frozenset[st
         allowed_models=tuple(record.allowed_models),
         tags=tuple(record.tags),
         metadata=dict(record.metadata),
-        settings={"limits": limits},
+        settings={
+            "limits": limits,
+            DEFAULTS_KEY: list(record.default_processors),
+            ENFORCED_KEY: list(record.enforced_processors),
+        },
     )
 
 

@@ -29,7 +29,7 @@ from inferplex.accounts.pricing import (
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import AccountsConfig, ModelConfig, Pricing
 from inferplex.errors import GatewayError, PermissionDenied, RateLimited, Unavailable
-from inferplex.limits import LimitStore, LimitsUnavailable
+from inferplex.limits import LimitStore, LimitsUnavailable, Rate
 from inferplex.limits.slots import FairSlots
 from inferplex.pipeline import Admission, Context
 from inferplex.routing.pricing import price_for
@@ -112,17 +112,17 @@ class AccountGuard:
         return _Admission(self, model, request, reserved, held, scopes)
 
     async def _rates(self, scopes: list[tuple[str, Limits]], prompt: int) -> None:
+        rates: list[Rate] = []
+        what: list[str] = []
         for name, lim in scopes:
             for suffix, amount, limit in (("rpm", 1, lim.rpm), ("tpm", prompt, lim.tpm)):
                 if limit:
-                    wait = await self.limits.take(f"{name}:{suffix}", amount, limit, WINDOW_S)
-                    if wait > 0:
-                        what = "requests" if suffix == "rpm" else "tokens"
-                        raise RateLimited(
-                            f"Rate limit reached for {name.split(':')[0]}: {limit} {what} per minute. "
-                            f"Try again in {wait:.1f}s.",
-                            retry_after=wait,
-                        )
+                    rates.append(Rate(f"{name}:{suffix}", amount, limit, WINDOW_S))
+                    unit = "requests" if suffix == "rpm" else "tokens"
+                    what.append(f"{name.split(':')[0]}: {limit} {unit} per minute")
+        wait, worst = await self.limits.take(rates)
+        if wait > 0:
+            raise RateLimited(f"Rate limit reached for {what[worst]}. Try again in {wait:.1f}s.", retry_after=wait)
 
     async def _slot(self, ctx: Context, key: str, limit: int, held: list[_Held]) -> None:
         waited = await self.slots.acquire(key, limit, ctx.request_id, self.config.max_queue_wait_s)
@@ -238,9 +238,10 @@ class _Admission:
         try:
             if p.account_id is not None and (self.reserved or cost):
                 await g.ledger.settle(p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id)
-            for name, lim in self.scopes:
-                if lim.tpm and tokens.completion:
-                    await g.limits.charge(f"{name}:tpm", tokens.completion, lim.tpm, WINDOW_S)
+            if tokens.completion:
+                await g.limits.charge(
+                    [Rate(f"{name}:tpm", tokens.completion, lim.tpm, WINDOW_S) for name, lim in self.scopes if lim.tpm]
+                )
         except Exception:
             log.exception("settlement failed for request %s", ctx.request_id)
         finally:

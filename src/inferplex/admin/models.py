@@ -33,6 +33,24 @@ def _check_ips(value: list[str] | None) -> list[str] | None:
     return value
 
 
+def _check_processors(value: list[Any] | None) -> list[Any] | None:
+    """Unknown processor names are refused when the key is written, not on every later request."""
+    if value is None:
+        return value
+    from inferplex.errors import InvalidRequest
+    from inferplex.processors.base import known_processors
+    from inferplex.processors.spec import parse_list
+
+    try:
+        specs = parse_list(value, "processors")
+    except InvalidRequest as err:
+        raise ValueError(err.message) from None
+    unknown = sorted({s.name for s in specs} - known_processors())
+    if unknown:
+        raise ValueError(f"unknown processor(s): {', '.join(unknown)} (known: {', '.join(sorted(known_processors()))})")
+    return value
+
+
 class KeyLimits(_Body):
     rpm: int | None = Field(None, gt=0, description="requests per minute")
     tpm: int | None = Field(None, gt=0, description="tokens per minute")
@@ -49,9 +67,17 @@ class KeyCreate(KeyLimits):
     expires_at: float | None = Field(None, description="UNIX seconds")
     tags: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    default_processors: list[str | dict[str, Any]] = Field(
+        default_factory=list, description="processors run when a request names none (docs/processors.md)"
+    )
+    enforced_processors: list[str | dict[str, Any]] = Field(
+        default_factory=list, description="processors every request runs; a request cannot switch them off"
+    )
 
     _scopes = field_validator("scopes")(_check_scopes)
     _ips = field_validator("allowed_ips")(_check_ips)
+    _defaults = field_validator("default_processors")(_check_processors)
+    _enforced = field_validator("enforced_processors")(_check_processors)
 
 
 class KeyUpdate(KeyLimits):
@@ -62,9 +88,13 @@ class KeyUpdate(KeyLimits):
     expires_at: float | None = None
     tags: list[str] | None = None
     metadata: dict[str, Any] | None = None
+    default_processors: list[str | dict[str, Any]] | None = None
+    enforced_processors: list[str | dict[str, Any]] | None = None
 
     _scopes = field_validator("scopes")(_check_scopes)
     _ips = field_validator("allowed_ips")(_check_ips)
+    _defaults = field_validator("default_processors")(_check_processors)
+    _enforced = field_validator("enforced_processors")(_check_processors)
 
 
 class AccountCreate(KeyLimits):

@@ -43,6 +43,8 @@ async def create_key(keys: KeyStore, ledger: Ledger, body: KeyCreate) -> tuple[K
         allowed_ips=body.allowed_ips,
         tags=body.tags,
         metadata=body.metadata,
+        default_processors=body.default_processors,
+        enforced_processors=body.enforced_processors,
         rpm=body.rpm,
         tpm=body.tpm,
         max_concurrent=body.max_concurrent,

@@ -38,8 +38,10 @@ def render_error(err: GatewayError, ctx: Context) -> Response:
     return json_response(err.to_openai(), headers, err.status)
 
 
-def _timing_headers(ctx: Context, stream: bool) -> dict[str, str]:
-    t = ctx.timings.as_dict(ctx.completion_tokens, stream=stream)
+def _timing_headers(ctx: Context, stream: bool, t: dict[str, float] | None = None) -> dict[str, str]:
+    """The response headers, with `t` (the body's timings, when already computed) as x-inferplex-* values."""
+    if t is None:
+        t = ctx.timings.as_dict(ctx.completion_tokens, stream=stream)
     headers = ctx.headers()
     for key in ("total_ms", "upstream_ms", "gateway_ms", "ttft_ms"):
         if key in t:
@@ -101,9 +103,9 @@ async def answer_chat(services: Services, chat: ChatRequest, raw: dict[str, Any]
         stream = await services.pipeline.chat_stream(chat, raw, ctx)
         return SSEResponse(render_stream(stream, chat.wants_usage), _timing_headers(ctx, stream=True))  # type: ignore[return-value]
     response = await services.pipeline.chat(chat, raw, ctx)
-    response["timings"] = ctx.timings.as_dict(ctx.completion_tokens)
+    timings = response["timings"] = ctx.timings.as_dict(ctx.completion_tokens)
     response.update(cost_field(ctx))
-    return json_response(response, _timing_headers(ctx, stream=False))
+    return json_response(response, _timing_headers(ctx, stream=False, t=timings))
 
 
 async def embeddings(request: Request, ctx: Context) -> Response:
@@ -111,9 +113,9 @@ async def embeddings(request: Request, ctx: Context) -> Response:
     raw = await read_json(request, services.max_body_bytes)
     req: EmbeddingRequest = parse(EmbeddingRequest, raw)
     response = await services.pipeline.embed(req, raw, ctx)
-    response["timings"] = ctx.timings.as_dict()
+    timings = response["timings"] = ctx.timings.as_dict()
     response.update(cost_field(ctx))
-    return json_response(response, _timing_headers(ctx, stream=False))
+    return json_response(response, _timing_headers(ctx, stream=False, t=timings))
 
 
 def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:

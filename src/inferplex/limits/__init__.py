@@ -7,7 +7,17 @@ concurrency limit is a set of holders with leases. `slots.FairSlots` adds the FI
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+
+class Rate(NamedTuple):
+    """`amount` against a bucket of `limit` per `window_s` seconds, stored under `key`."""
+
+    key: str
+    amount: int
+    limit: int
+    window_s: float
 
 
 class LimitsUnavailable(Exception):
@@ -15,12 +25,14 @@ class LimitsUnavailable(Exception):
 
 
 class LimitStore(Protocol):
-    async def take(self, key: str, amount: int, limit: int, window_s: float) -> float:
-        """Admit `amount` against `limit` per `window_s`: 0.0 if admitted, else seconds until it would be."""
+    async def take(self, rates: Sequence[Rate]) -> tuple[float, int]:
+        """All or nothing: `(0.0, -1)` if every rate admits its amount (all are then charged), else the seconds
+        until all would and the index of the rate that waits longest; then nothing is charged (a request refused
+        by its account's limit costs its key nothing)."""
         ...
 
-    async def charge(self, key: str, amount: int, limit: int, window_s: float) -> None:
-        """Charge `amount` unconditionally (it was already used): may push the bucket into debt."""
+    async def charge(self, rates: Sequence[Rate]) -> None:
+        """Charge unconditionally (the tokens were already used): may push buckets into debt."""
         ...
 
     async def try_acquire(self, key: str, limit: int, holder: str) -> bool:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+
+from inferplex.limits import Rate
 
 
 class MemoryLimits:
@@ -10,23 +13,28 @@ class MemoryLimits:
         self._tat: dict[str, float] = {}
         self._holders: dict[str, set[str]] = {}
 
-    def _bucket(self, key: str, amount: int, limit: int, window_s: float, *, force: bool) -> float:
+    def _apply(self, rates: Sequence[Rate], *, force: bool) -> tuple[float, int]:
         now = time.monotonic()
-        interval = window_s / limit
-        tat = max(self._tat.get(key, now), now)
-        check = min(amount, limit)  # a single request bigger than the bucket is let through when it is full
-        allow_at = tat + check * interval - window_s
-        if not force and allow_at > now:
-            return allow_at - now
-        self._tat[key] = tat + amount * interval
-        return 0.0
+        wait, worst = 0.0, -1
+        updates: list[tuple[str, float]] = []
+        for i, r in enumerate(rates):
+            interval = r.window_s / r.limit
+            tat = max(self._tat.get(r.key, now), now)
+            check = min(r.amount, r.limit)  # a single request bigger than the bucket passes when it is full
+            w = tat + check * interval - r.window_s - now
+            if w > wait:
+                wait, worst = w, i
+            updates.append((r.key, tat + r.amount * interval))
+        if wait > 0 and not force:
+            return wait, worst
+        self._tat.update(updates)
+        return 0.0, -1
 
-    async def take(self, key: str, amount: int, limit: int, window_s: float) -> float:
-        return self._bucket(key, amount, limit, window_s, force=False)
+    async def take(self, rates: Sequence[Rate]) -> tuple[float, int]:
+        return self._apply(rates, force=False)
 
-    async def charge(self, key: str, amount: int, limit: int, window_s: float) -> None:
-        if amount > 0:
-            self._bucket(key, amount, limit, window_s, force=True)
+    async def charge(self, rates: Sequence[Rate]) -> None:
+        self._apply([r for r in rates if r.amount > 0], force=True)
 
     async def try_acquire(self, key: str, limit: int, holder: str) -> bool:
         holders = self._holders.setdefault(key, set())

@@ -10,34 +10,45 @@ policy: `open` admits (limits are not enforced while Redis is down), `closed` re
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from inferplex.limits import LimitsUnavailable
+from inferplex.limits import LimitsUnavailable, Rate
 
 log = logging.getLogger("inferplex.limits")
 
-# KEYS[1] bucket; ARGV: amount, limit, window_s, force (1 = charge even if over)
-_BUCKET = """
+# KEYS: buckets; ARGV: amount, limit, window_s for each bucket, then force (1 = charge even if over)
+_BUCKETS = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local amount = tonumber(ARGV[1])
-local limit = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-local interval = window / limit
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tat < now then tat = now end
-local check = amount
-if check > limit then check = limit end
-local allow_at = tat + check * interval - window
-if ARGV[4] ~= '1' and allow_at > now then
-  return tostring(allow_at - now)
+local force = ARGV[#KEYS * 3 + 1] == '1'
+local wait = 0
+local worst = 0
+local tats = {}
+for i = 1, #KEYS do
+  local amount = tonumber(ARGV[i * 3 - 2])
+  local limit = tonumber(ARGV[i * 3 - 1])
+  local window = tonumber(ARGV[i * 3])
+  local interval = window / limit
+  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if tat < now then tat = now end
+  local check = amount
+  if check > limit then check = limit end
+  local w = tat + check * interval - window - now
+  if w > wait then
+    wait = w
+    worst = i
+  end
+  tats[i] = tat + amount * interval
 end
-local new_tat = tat + amount * interval
-redis.call('SET', KEYS[1], tostring(new_tat), 'PX', math.ceil((new_tat - now) * 1000) + 1000)
-return '0'
+if wait > 0 and not force then return tostring(wait) .. ' ' .. tostring(worst - 1) end
+for i = 1, #KEYS do
+  redis.call('SET', KEYS[i], tostring(tats[i]), 'PX', math.ceil((tats[i] - now) * 1000) + 1000)
+end
+return '0 -1'
 """
 
 # KEYS[1] holders zset; ARGV: limit, holder, lease_s
@@ -75,7 +86,7 @@ class RedisLimits:
         self.redis: Any = aioredis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
         )
-        self._bucket = self.redis.register_script(_BUCKET)
+        self._buckets = self.redis.register_script(_BUCKETS)
         self._acquire = self.redis.register_script(_ACQUIRE)
         self._count = self.redis.register_script(_COUNT)
 
@@ -84,19 +95,30 @@ class RedisLimits:
         if not self.fail_open:
             raise LimitsUnavailable(str(exc)) from exc
 
-    async def take(self, key: str, amount: int, limit: int, window_s: float) -> float:
+    def _args(self, rates: Sequence[Rate], force: bool) -> tuple[list[str], list[Any]]:
+        keys = [self.prefix + "rate:" + r.key for r in rates]
+        args: list[Any] = [x for r in rates for x in (r.amount, r.limit, r.window_s)]
+        return keys, [*args, 1 if force else 0]
+
+    async def take(self, rates: Sequence[Rate]) -> tuple[float, int]:
+        if not rates:
+            return 0.0, -1
+        keys, args = self._args(rates, False)
         try:
-            out = await self._bucket(keys=[self.prefix + "rate:" + key], args=[amount, limit, window_s, 0])
+            out = await self._buckets(keys=keys, args=args)
         except (RedisError, OSError, TimeoutError) as exc:
             self._failed("take", exc)
-            return 0.0
-        return float(out)
+            return 0.0, -1
+        wait, worst = out.split()
+        return float(wait), int(worst)
 
-    async def charge(self, key: str, amount: int, limit: int, window_s: float) -> None:
-        if amount <= 0:
+    async def charge(self, rates: Sequence[Rate]) -> None:
+        rates = [r for r in rates if r.amount > 0]
+        if not rates:
             return
+        keys, args = self._args(rates, True)
         try:
-            await self._bucket(keys=[self.prefix + "rate:" + key], args=[amount, limit, window_s, 1])
+            await self._buckets(keys=keys, args=args)
         except (RedisError, OSError, TimeoutError) as exc:
             log.warning("redis limit store unavailable during charge: %s", exc)
 

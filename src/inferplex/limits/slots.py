@@ -8,34 +8,37 @@ otherwise re-asks the store every `poll_s` (slots freed by another replica are o
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 import time
-from collections import deque
 
 from inferplex.limits import LimitStore
 
 
 class _Waiter:
-    __slots__ = ("event",)
+    __slots__ = ("event", "seq")
 
-    def __init__(self) -> None:
+    def __init__(self, seq: int) -> None:
         self.event = asyncio.Event()
+        self.seq = seq
 
 
 class FairSlots:
     def __init__(self, store: LimitStore, poll_s: float = 0.01) -> None:
         self.store = store
         self.poll_s = poll_s
-        self._queues: dict[str, deque[_Waiter]] = {}
+        self._queues: dict[str, list[_Waiter]] = {}
+        self._arrivals = itertools.count()
 
     async def acquire(self, key: str, limit: int, holder: str, max_wait_s: float) -> float | None:
         """Seconds waited once a slot is held, or None if none came free within `max_wait_s`."""
-        queue = self._queues.get(key)
-        if not queue and await self.store.try_acquire(key, limit, holder):
-            return 0.0
-        queue = self._queues.setdefault(key, deque())
-        me = _Waiter()
-        queue.append(me)
+        me = _Waiter(next(self._arrivals))  # numbered on arrival, before any await
         start = time.monotonic()
+        if not self._queues.get(key) and await self.store.try_acquire(key, limit, holder):
+            return 0.0  # nobody waiting and a slot free: the common, uncontended case costs one call
+        # Queue in arrival order, even if the store answered our first try after a later arrival's.
+        queue = self._queues.setdefault(key, [])
+        bisect.insort(queue, me, key=lambda w: w.seq)
         try:
             while True:
                 if queue[0] is me and await self.store.try_acquire(key, limit, holder):

@@ -9,6 +9,7 @@ the provider's own message.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -30,6 +31,7 @@ def new_session() -> aiohttp.ClientSession:
     )
 
 
+@functools.lru_cache(maxsize=256)
 def client_timeout(t: Timeouts) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=t.total, sock_connect=t.connect, connect=None, sock_read=t.read)
 

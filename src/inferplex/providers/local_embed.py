@@ -15,6 +15,7 @@ were actually embedded. Batches are sorted by length so that padding costs littl
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -84,11 +85,25 @@ def _layer_norm(x: F32, weight: F32, bias: F32, eps: float) -> F32:
     return out
 
 
+@functools.cache
+def _weights(path: Path) -> dict[str, F32]:
+    """The weights, loaded once per process: the `local` provider and the injection guard share them
+    (read-only) instead of holding two copies of the same 90 MB."""
+    from safetensors.numpy import load_file
+
+    # Checkpoints saved from BertForX prefix every name with "bert."; sentence-transformers' do not.
+    w = {k.removeprefix("bert."): v.astype(np.float32, copy=False) for k, v in load_file(str(path)).items()}
+    # Pre-transpose the dense weights once so that each layer is a plain `x @ W`.
+    for key in list(w):
+        if key.endswith(".weight") and w[key].ndim == 2 and key.startswith("encoder."):
+            w[key] = np.ascontiguousarray(w[key].T)
+    return w
+
+
 class BertEncoder:
     """The loaded weights and tokenizer; `encode` is synchronous and meant for a worker thread."""
 
     def __init__(self, spec: EmbedSpec) -> None:
-        from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
         config: dict[str, Any] = json.loads((spec.directory / "config.json").read_text())
@@ -101,13 +116,7 @@ class BertEncoder:
         st_config: dict[str, Any] = json.loads(st_file.read_text()) if st_file.is_file() else {}
         self.max_length = min(spec.max_length or int(st_config.get("max_seq_length", 256)), max_positions)
         self.batch_size = spec.batch_size
-        weights = load_file(str(spec.directory / "model.safetensors"))
-        # Checkpoints saved from BertForX prefix every name with "bert."; sentence-transformers' do not.
-        self.w = {k.removeprefix("bert."): v.astype(np.float32, copy=False) for k, v in weights.items()}
-        # Pre-transpose the dense weights once so that each layer is a plain `x @ W`.
-        for key in list(self.w):
-            if key.endswith(".weight") and self.w[key].ndim == 2 and key.startswith("encoder."):
-                self.w[key] = np.ascontiguousarray(self.w[key].T)
+        self.w = _weights(spec.directory / "model.safetensors")
         # sentence-transformers' pooling choice (all-MiniLM: mean; the BGE family: CLS); vectors are always
         # L2-normalised, as OpenAI's are.
         pooling_file = spec.directory / "1_Pooling" / "config.json"

@@ -272,7 +272,34 @@ class Router:
         policy: CooldownConfig,
     ) -> tuple[tuple[Target, bool] | None, list[tuple[float, Target]], float | None]:
         """The next deployment to try (and whether it is a half-open probe), else what kept each one out."""
-        by_key = {deployment_key(t): t for t in targets if deployment_key(t) not in banned}
+        by_key = {k: t for k, t in ((deployment_key(t), t) for t in targets) if k not in banned}
+        order = list(by_key) if len(by_key) < 2 else self._rank(by_key, strategy, opts, tried)
+        cooling: list[tuple[float, Target]] = []
+        rate_wait: float | None = None
+        saturated: list[Target] = []
+        for key in order:
+            target = by_key[key]
+            wait = self.window(target).full()
+            if wait is not None:
+                rate_wait = wait if rate_wait is None else min(rate_wait, wait)
+                continue
+            if self.gate(target).saturated:
+                saturated.append(target)
+                continue
+            check = await self.cooldowns.check(key, policy)
+            if check.gate is Gate.OPEN:
+                cooling.append((check.retry_in, target))
+                continue
+            return (target, check.gate is Gate.PROBE), cooling, rate_wait
+        for target in saturated:
+            check = await self.cooldowns.check(deployment_key(target), policy)
+            if check.gate is not Gate.OPEN:
+                return (target, check.gate is Gate.PROBE), cooling, rate_wait
+            cooling.append((check.retry_in, target))
+        return None, cooling, rate_wait
+
+    def _rank(self, by_key: dict[str, Target], strategy: str, opts: RouteOptions, tried: dict[str, int]) -> list[str]:
+        """Deployment keys in the order to try them (only worth computing when there is a choice)."""
         cands = [
             Candidate(
                 key=k,
@@ -288,29 +315,7 @@ class Router:
         ranked = rank(cands, strategy, self._rng)
         ranked = apply_order(ranked, opts.prefs.order, {k: t.provider.name for k, t in by_key.items()})
         ranked.sort(key=lambda c: c.key in tried)  # fresh deployments before retrying one that failed
-        cooling: list[tuple[float, Target]] = []
-        rate_wait: float | None = None
-        saturated: list[Target] = []
-        for c in ranked:
-            target = by_key[c.key]
-            wait = self.window(target).full()
-            if wait is not None:
-                rate_wait = wait if rate_wait is None else min(rate_wait, wait)
-                continue
-            if self.gate(target).saturated:
-                saturated.append(target)
-                continue
-            check = await self.cooldowns.check(c.key, policy)
-            if check.gate is Gate.OPEN:
-                cooling.append((check.retry_in, target))
-                continue
-            return (target, check.gate is Gate.PROBE), cooling, rate_wait
-        for target in saturated:
-            check = await self.cooldowns.check(deployment_key(target), policy)
-            if check.gate is not Gate.OPEN:
-                return (target, check.gate is Gate.PROBE), cooling, rate_wait
-            cooling.append((check.retry_in, target))
-        return None, cooling, rate_wait
+        return [c.key for c in ranked]
 
     async def _attempt(
         self,
@@ -393,6 +398,6 @@ def build_router(config: Config, catalog: Catalog) -> Router:
 
     The URL is `routing.redis_url`, else the accounts store's `storage.redis_url` when that section exists.
     """
-    url = config.routing.redis_url or getattr(getattr(config, "storage", None), "redis_url", None)
+    url = config.routing.redis_url or config.storage.redis_url
     cooldowns: Cooldowns = RedisCooldowns(url, config.routing.redis_prefix) if url else MemoryCooldowns()
     return Router(catalog, cooldowns)

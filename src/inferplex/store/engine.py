@@ -1,98 +1,111 @@
-"""The database: an async SQLAlchemy engine, migrated at start, with serialized writes on SQLite.
+"""The database: SQLAlchemy Core, migrated at start; one transaction = one function run on the right thread.
 
-- SQLite (the default, a file under the data directory): every transaction starts with BEGIN IMMEDIATE,
-  so a read-then-write can never deadlock, and one asyncio lock per process queues transactions instead of
-  letting threads spin on the busy timeout. Other processes sharing the file wait on SQLite's own lock.
-- PostgreSQL: a pool; atomicity comes from single conditional statements (see store/ledger.py).
+Stores hand `read` / `write` a plain synchronous function of a SQLAlchemy `Connection`:
+
+- SQLite (the default, a file under the data directory): the function runs on a single writer thread with
+  the standard `sqlite3` driver, inside BEGIN IMMEDIATE. One thread means writes are serialized inside the
+  process with no lock, one thread hop per *transaction* (aiosqlite hops once per statement, which made a
+  reservation cost four wake-ups of the event loop); BEGIN IMMEDIATE makes other processes sharing the file
+  wait on SQLite's own lock instead of failing a read-then-write. Reads run on their own threads (WAL lets
+  them proceed beside a writer).
+- PostgreSQL (asyncpg): the same function runs through `AsyncConnection.run_sync`; atomicity comes from
+  single conditional statements (see store/ledger.py).
 
 Migrations run through Alembic with a programmatic config (no alembic.ini): under a PostgreSQL advisory
-lock, or an exclusive file lock next to the SQLite file, so replicas starting together upgrade once.
+lock, or an exclusive file lock beside the SQLite file, so replicas starting together upgrade once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
-from collections.abc import AsyncIterator
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import event, text
+from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import QueuePool
 
+T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
 _ADVISORY_LOCK = 0x1F3A_C0DE  # any fixed 64-bit number, the same in every replica
 
 
 def default_url(data_dir: str) -> str:
-    return f"sqlite+aiosqlite:///{Path(data_dir) / 'inferplex.db'}"
+    return f"sqlite:///{Path(data_dir) / 'inferplex.db'}"
 
 
 def _sqlite_path(url: str) -> Path | None:
-    if not url.startswith("sqlite"):
-        return None
-    _, _, path = url.partition(":///")
-    return Path(path) if path and path != ":memory:" else None
+    database = make_url(url).database
+    return Path(database) if database and database != ":memory:" else None
 
 
 class Database:
-    """One engine and the write discipline its dialect needs. `begin()` yields a connection in a transaction."""
-
     def __init__(self, url: str) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        kwargs: dict[str, Any] = {}
+        self._async: AsyncEngine | None = None
+        self._sync: Engine | None = None
+        self._reader: Engine | None = None
         if self.is_sqlite:
             path = _sqlite_path(url)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            kwargs["connect_args"] = {"timeout": 30}
+            sync_url = make_url(url).set(drivername="sqlite")
+            kw: dict[str, Any] = {"connect_args": {"timeout": 30, "check_same_thread": False}, "poolclass": QueuePool}
+            self._sync = create_engine(sync_url, **kw)
+            _sqlite_pragmas(self._sync, immediate=True)
+            self._reader = create_engine(sync_url, **kw)
+            _sqlite_pragmas(self._reader, immediate=False)
+            self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="inferplex-db-write")
+            self._reader_threads = ThreadPoolExecutor(2, thread_name_prefix="inferplex-db-read")
         else:
-            kwargs.update(pool_size=10, max_overflow=20, pool_pre_ping=False)
-        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
-        self._lock = asyncio.Lock() if self.is_sqlite else None
-        self.reader: AsyncEngine = self.engine
-        if self.is_sqlite:
-            _sqlite_immediate(self.engine)
-            # Reads (a key lookup on every request) skip the write lock: WAL lets them run beside a writer.
-            self.reader = create_async_engine(url, **kwargs)
-            _sqlite_autocommit(self.reader)
+            self._async = create_async_engine(url, pool_size=10, max_overflow=20)
+            # Reads and single-statement writes need no BEGIN/COMMIT round trips.
+            self._autocommit = self._async.execution_options(isolation_level="AUTOCOMMIT")
 
-    @contextlib.asynccontextmanager
-    async def begin(self) -> AsyncIterator[AsyncConnection]:
-        if self._lock is None:
-            async with self.engine.begin() as conn:
-                yield conn
-            return
-        async with self._lock, self.engine.begin() as conn:
-            yield conn
+    async def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run `fn` in one transaction, committed if it returns, rolled back if it raises."""
+        if self._async is not None:
+            async with self._async.begin() as conn:
+                return await conn.run_sync(fn)
+        assert self._sync is not None
+        return await self._on(self._writer_thread, self._sync, fn, transaction=True)
 
-    @contextlib.asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for reads only: a consistent snapshot per statement, never blocked by writers."""
-        async with self.reader.connect() as conn:
-            yield conn
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run `fn` for reads only (on PostgreSQL without a transaction: each statement sees committed data)."""
+        return await self.single(fn)
+
+    async def single(self, fn: Callable[[Connection], T]) -> T:
+        """Run `fn`, which issues ONE statement (atomic by itself): no transaction round trips around it."""
+        if self._async is not None:
+            async with self._autocommit.connect() as conn:
+                return await conn.run_sync(fn)
+        assert self._reader is not None
+        return await self._on(self._reader_threads, self._reader, fn, transaction=False)
+
+    @staticmethod
+    async def _on(pool: ThreadPoolExecutor, engine: Engine, fn: Callable[[Connection], T], *, transaction: bool) -> T:
+        def run() -> T:
+            if transaction:
+                with engine.begin() as conn:
+                    return fn(conn)
+            with engine.connect() as conn:
+                return fn(conn)
+
+        return await asyncio.get_running_loop().run_in_executor(pool, run)
 
     async def migrate(self) -> None:
         """Upgrade to the newest schema; safe when several replicas start at once."""
-        if self.is_sqlite:
-            path = _sqlite_path(self.url)
-            lock_file = open(str(path) + ".migrate.lock", "w") if path else None  # noqa: ASYNC230
-            try:
-                if lock_file is not None:
-                    await asyncio.to_thread(fcntl.flock, lock_file.fileno(), fcntl.LOCK_EX)
-                async with self.engine.connect() as conn:
-                    await conn.run_sync(_upgrade)
-                    await conn.commit()
-            finally:
-                if lock_file is not None:
-                    lock_file.close()
+        if self._async is None:
+            await asyncio.get_running_loop().run_in_executor(self._writer_thread, self._migrate_sqlite)
             return
-        async with self.engine.connect() as conn:
+        async with self._async.connect() as conn:
             await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_LOCK})
             await conn.commit()
             try:
@@ -102,10 +115,30 @@ class Database:
                 await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_LOCK})
                 await conn.commit()
 
+    def _migrate_sqlite(self) -> None:
+        assert self._sync is not None
+        path = _sqlite_path(self.url)
+        lock = open(str(path) + ".migrate.lock", "w") if path else None
+        try:
+            if lock is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            with self._sync.connect() as conn:
+                _upgrade(conn)
+                conn.commit()
+        finally:
+            if lock is not None:
+                lock.close()
+
     async def aclose(self) -> None:
-        await self.engine.dispose()
-        if self.reader is not self.engine:
-            await self.reader.dispose()
+        if self._async is not None:
+            await self._async.dispose()
+            return
+        assert self._sync is not None and self._reader is not None
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer_thread, self._sync.dispose)
+        await loop.run_in_executor(self._reader_threads, self._reader.dispose)
+        self._writer_thread.shutdown(wait=True)
+        self._reader_threads.shutdown(wait=True)
 
 
 def _upgrade(connection: Connection) -> None:
@@ -115,19 +148,17 @@ def _upgrade(connection: Connection) -> None:
     command.upgrade(cfg, "head")
 
 
-def _sqlite_autocommit(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+def _sqlite_pragmas(engine: Engine, *, immediate: bool) -> None:
+    @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, record: Any) -> None:
-        dbapi_connection.isolation_level = None  # let us issue BEGIN ourselves (or, for reads, none at all)
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves (reads: none, autocommit)
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
+    if immediate:
 
-def _sqlite_immediate(engine: AsyncEngine) -> None:
-    _sqlite_autocommit(engine)
-
-    @event.listens_for(engine.sync_engine, "begin")
-    def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")

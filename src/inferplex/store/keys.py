@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from inferplex.store import tables as t
 from inferplex.store.engine import Database
@@ -24,6 +24,9 @@ class KeyRecord:
     allowed_ips: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Processor specs (names or {"name": ..., options}): run when a request names none / always.
+    default_processors: list[Any] = field(default_factory=list)
+    enforced_processors: list[Any] = field(default_factory=list)
     rpm: int | None = None
     tpm: int | None = None
     max_concurrent: int | None = None
@@ -60,6 +63,20 @@ EDITABLE = frozenset(
 )
 
 
+def _key_with_account(where: Any) -> Any:
+    """Built once at import: building a statement costs more than running this one on SQLite."""
+    a = t.accounts
+    return (
+        select(t.api_keys, a.c.rpm.label("a_rpm"), a.c.tpm.label("a_tpm"), a.c.max_concurrent.label("a_mc"))
+        .outerjoin(a, a.c.id == t.api_keys.c.account_id)
+        .where(where)
+    )
+
+
+_BY_HASH = _key_with_account(t.api_keys.c.hash == bindparam("v"))
+_BY_ID = _key_with_account(t.api_keys.c.id == bindparam("v"))
+
+
 def _record(row: Any) -> KeyRecord:
     return KeyRecord(**{c: row._mapping[c] for c in _COLUMNS})
 
@@ -69,70 +86,57 @@ class KeyStore:
         self.db = db
 
     async def create(self, record: KeyRecord) -> None:
-        async with self.db.begin() as conn:
-            await conn.execute(insert(t.api_keys).values({c: getattr(record, c) for c in _COLUMNS}))
+        values = {c: getattr(record, c) for c in _COLUMNS}
+        await self.db.write(lambda conn: conn.execute(insert(t.api_keys).values(values)))
 
     async def by_hash(self, digest: str) -> tuple[KeyRecord, AccountLimits] | None:
         """The key with this digest and its account's limits: one indexed query per authentication."""
-        a = t.accounts
-        query = (
-            select(t.api_keys, a.c.rpm.label("a_rpm"), a.c.tpm.label("a_tpm"), a.c.max_concurrent.label("a_mc"))
-            .outerjoin(a, a.c.id == t.api_keys.c.account_id)
-            .where(t.api_keys.c.hash == digest)
-        )
-        return await self._with_account(query)
+        return await self._with_account(_BY_HASH, digest)
 
     async def by_id_with_account(self, key_id: str) -> tuple[KeyRecord, AccountLimits] | None:
-        a = t.accounts
-        query = (
-            select(t.api_keys, a.c.rpm.label("a_rpm"), a.c.tpm.label("a_tpm"), a.c.max_concurrent.label("a_mc"))
-            .outerjoin(a, a.c.id == t.api_keys.c.account_id)
-            .where(t.api_keys.c.id == key_id)
-        )
-        return await self._with_account(query)
+        return await self._with_account(_BY_ID, key_id)
 
-    async def _with_account(self, query: Any) -> tuple[KeyRecord, AccountLimits] | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(query)).first()
+    async def _with_account(self, query: Any, value: str) -> tuple[KeyRecord, AccountLimits] | None:
+        row = await self.db.read(lambda conn: conn.execute(query, {"v": value}).first())
         if row is None:
             return None
         m = row._mapping
         return _record(row), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])
 
     async def get(self, key_id: str) -> KeyRecord | None:
-        async with self.db.read() as conn:
-            row = (await conn.execute(select(t.api_keys).where(t.api_keys.c.id == key_id))).first()
+        query = select(t.api_keys).where(t.api_keys.c.id == key_id)
+        row = await self.db.read(lambda conn: conn.execute(query).first())
         return None if row is None else _record(row)
 
     async def list(self, account_id: str | None = None) -> list[KeyRecord]:
         query = select(t.api_keys).order_by(t.api_keys.c.created_at, t.api_keys.c.id)
         if account_id is not None:
             query = query.where(t.api_keys.c.account_id == account_id)
-        async with self.db.read() as conn:
-            return [_record(r) for r in (await conn.execute(query)).all()]
+        rows = await self.db.read(lambda conn: conn.execute(query).all())
+        return [_record(r) for r in rows]
 
     async def update(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:
         values = {k: v for k, v in changes.items() if k in EDITABLE}
         if values:
-            async with self.db.begin() as conn:
-                await conn.execute(update(t.api_keys).where(t.api_keys.c.id == key_id).values(values))
+            statement = update(t.api_keys).where(t.api_keys.c.id == key_id).values(values)
+            await self.db.write(lambda conn: conn.execute(statement))
         return await self.get(key_id)
 
     async def revoke(self, key_id: str) -> KeyRecord | None:
-        async with self.db.begin() as conn:
-            await conn.execute(
-                update(t.api_keys)
-                .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=time.time())
-            )
+        statement = (
+            update(t.api_keys)
+            .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
+            .values(revoked_at=time.time())
+        )
+        await self.db.write(lambda conn: conn.execute(statement))
         return await self.get(key_id)
 
     async def rotate(self, key_id: str, digest: str, prefix: str) -> KeyRecord | None:
         """Replace the secret; the old one stops working at once (its digest no longer matches any row)."""
-        async with self.db.begin() as conn:
-            result = await conn.execute(
-                update(t.api_keys)
-                .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
-                .values(hash=digest, prefix=prefix)
-            )
-        return await self.get(key_id) if result.rowcount else None
+        statement = (
+            update(t.api_keys)
+            .where(t.api_keys.c.id == key_id, t.api_keys.c.revoked_at.is_(None))
+            .values(hash=digest, prefix=prefix)
+        )
+        changed = await self.db.write(lambda conn: conn.execute(statement).rowcount)
+        return await self.get(key_id) if changed else None

@@ -35,6 +35,8 @@ api_keys = Table(
     Column("allowed_ips", JSON, nullable=False),
     Column("tags", JSON, nullable=False),
     Column("metadata", JSON, nullable=False),
+    Column("default_processors", JSON, nullable=False, server_default="[]"),
+    Column("enforced_processors", JSON, nullable=False, server_default="[]"),
     Column("rpm", Integer),
     Column("tpm", Integer),
     Column("max_concurrent", Integer),

@@ -37,19 +37,21 @@ class UsageFilter:
         return query
 
 
+def _plain(row: Any) -> dict[str, Any]:
+    return {str(k): v for k, v in row._mapping.items()}  # str(): column names are a str subclass
+
+
 class UsageStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
     async def append(self, rows: list[dict[str, Any]]) -> None:
         if rows:
-            async with self.db.begin() as conn:
-                await conn.execute(insert(t.usage), rows)
+            await self.db.write(lambda conn: conn.execute(insert(t.usage), rows))
 
     async def rows(self, where: UsageFilter, limit: int = 100) -> list[dict[str, Any]]:
         query = where.apply(select(t.usage)).order_by(t.usage.c.created_at.desc(), t.usage.c.id.desc()).limit(limit)
-        async with self.db.read() as conn:
-            return [{str(k): v for k, v in r._mapping.items()} for r in (await conn.execute(query)).all()]
+        return [_plain(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
 
     async def totals(self, by: str, where: UsageFilter) -> list[dict[str, Any]]:
         """Requests, tokens and cost grouped by day (UTC), model, key, account, or tag."""
@@ -71,8 +73,7 @@ class UsageStore:
         else:
             group = {"model": u.model, "key": u.key_id, "account": u.account_id}[by]
         query = where.apply(select(group.label("group"), *measures)).group_by(group).order_by(group)
-        async with self.db.read() as conn:
-            rows = [{str(k): v for k, v in r._mapping.items()} for r in (await conn.execute(query)).all()]
+        rows = [_plain(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
         for r in rows:
             for k in ("requests", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros"):
                 r[k] = int(r[k])
@@ -85,22 +86,20 @@ class UsageStore:
         u = t.usage.c
         query = where.apply(select(u.tags, u.prompt_tokens, u.completion_tokens, u.cached_tokens, u.cost_micros))
         out: dict[str, dict[str, Any]] = {}
-        async with self.db.read() as conn:
-            result = await conn.execute(query)
-            for row in result.all():
-                for tag in row.tags or ():
-                    acc = out.setdefault(
-                        tag,
-                        {
-                            "group": tag,
-                            "requests": 0,
-                            "prompt_tokens": 0,
-                            "completion_tokens": 0,
-                            "cached_tokens": 0,
-                            "cost_micros": 0,
-                        },
-                    )
-                    acc["requests"] += 1
-                    for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros"):
-                        acc[k] += int(getattr(row, k))
+        for row in await self.db.read(lambda conn: conn.execute(query).all()):
+            for tag in row.tags or ():
+                acc = out.setdefault(
+                    tag,
+                    {
+                        "group": tag,
+                        "requests": 0,
+                        "prompt_tokens": 0,
+                        "completion_tokens": 0,
+                        "cached_tokens": 0,
+                        "cost_micros": 0,
+                    },
+                )
+                acc["requests"] += 1
+                for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros"):
+                    acc[k] += int(getattr(row, k))
         return [out[k] for k in sorted(out)]
