@@ -25,7 +25,10 @@ class GatewayServer:
     def __init__(self, config: Config | dict[str, Any], master_key: str = "ipx-test-master-key") -> None:
         if isinstance(config, dict) and "data_dir" not in config.get("server", {}):
             # Each test gateway keeps its SQLite store and generated secrets in a directory of its own.
-            config = {**config, "server": {**config.get("server", {}), "data_dir": tempfile.mkdtemp(prefix="ipx-test-")}}
+            config = {
+                **config,
+                "server": {**config.get("server", {}), "data_dir": tempfile.mkdtemp(prefix="ipx-test-")},
+            }
         self.config = config if isinstance(config, Config) else parse_config(config, "<test>")
         self.master_key = master_key
         self.port = free_port()
