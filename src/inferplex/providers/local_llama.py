@@ -284,9 +284,11 @@ class ChatEngine:
 
     async def _acquire(self) -> tuple[LoadedModel, float]:
         """A free loaded model (loading one if needed) and the ms spent waiting for a slot."""
+        # A free slot is no wait at all: only a request that found every slot busy reports queued_ms.
+        busy = self._slots.locked()
         start = perf_counter()
         await self._slots.acquire()
-        queued = (perf_counter() - start) * 1000
+        queued = (perf_counter() - start) * 1000 if busy else 0.0
         try:
             if self._idle:
                 return self._idle.pop(), queued
