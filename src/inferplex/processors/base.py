@@ -17,13 +17,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
-from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog
 from inferplex.errors import InvalidRequest
+from inferplex.plugins import PluginTable
 from inferplex.providers.base import Chunk, Target
 
 # Calls the model again with another request (same routing, same admission): what a retry needs.
@@ -94,23 +93,15 @@ _BUILTIN = {
 }
 
 
-@cache
-def _entry_points() -> dict[str, str]:
-    found = dict(_BUILTIN)
-    for ep in entry_points(group="inferplex.processors"):
-        found[ep.name] = ep.value
-    return found
+_TABLE = PluginTable("inferplex.processors", _BUILTIN)
 
 
 def known_processors() -> set[str]:
-    return set(_entry_points())
+    return set(_TABLE.names())
 
 
-@cache
 def load_factory(name: str) -> Factory:
-    module_name, _, attr = _entry_points()[name].partition(":")
-    module = __import__(module_name, fromlist=[attr])
-    factory: Factory = getattr(module, attr)
+    factory: Factory = _TABLE.load(name)
     return factory
 
 

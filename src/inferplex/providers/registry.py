@@ -7,11 +7,10 @@ kinds the same way as third-party ones (as simonw/llm does) keeps the core free 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
-from importlib.metadata import entry_points
 from typing import Any
 
 from inferplex.config import ProviderConfig
+from inferplex.plugins import PluginTable
 from inferplex.providers.base import Adapter
 
 Factory = Callable[[ProviderConfig, Any], Adapter]
@@ -26,20 +25,13 @@ _BUILTIN = {
 }
 
 
-@cache
-def _entry_points() -> dict[str, str]:
-    found = dict(_BUILTIN)
-    for ep in entry_points(group="inferplex.providers"):
-        found[ep.name] = ep.value
-    return found
+_TABLE = PluginTable("inferplex.providers", _BUILTIN)
 
 
 def known_kinds() -> set[str]:
-    return set(_entry_points())
+    return set(_TABLE.names())
 
 
 def load_factory(kind: str) -> Factory:
-    module_name, _, attr = _entry_points()[kind].partition(":")
-    module = __import__(module_name, fromlist=[attr])
-    factory: Factory = getattr(module, attr)
+    factory: Factory = _TABLE.load(kind)
     return factory

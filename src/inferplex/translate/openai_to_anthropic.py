@@ -19,6 +19,7 @@ from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoi
 from inferplex.errors import GatewayError, InvalidRequest
 from inferplex.providers.failures import from_error_type
 from inferplex.translate import reasoning
+from inferplex.translate.openai_shapes import assistant_message, cached_usage, choice, completion
 
 Chunk = dict[str, Any]
 
@@ -249,18 +250,12 @@ def betas(request: ChatRequest) -> str | None:
 def usage(data: Any) -> dict[str, Any]:
     """OpenAI usage from Anthropic's: prompt_tokens counts all input, cached or not; cache writes kept apart."""
     u = data if isinstance(data, dict) else {}
-    fresh = int(u.get("input_tokens") or 0)
-    read = int(u.get("cache_read_input_tokens") or 0)
-    written = int(u.get("cache_creation_input_tokens") or 0)
-    output = int(u.get("output_tokens") or 0)
-    prompt = fresh + read + written
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": output,
-        "total_tokens": prompt + output,
-        "prompt_tokens_details": {"cached_tokens": read},
-        "cache_creation_input_tokens": written,
-    }
+    return cached_usage(
+        int(u.get("input_tokens") or 0),
+        int(u.get("cache_read_input_tokens") or 0),
+        int(u.get("cache_creation_input_tokens") or 0),
+        int(u.get("output_tokens") or 0),
+    )
 
 
 def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
@@ -289,27 +284,10 @@ def to_completion(data: Any, public_model: str) -> Chunk:
         elif kind == "tool_use":
             calls.append(_tool_call(block))
         # server tool blocks and unknown types carry nothing an OpenAI client can read
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": "".join(texts) if texts or not calls else None,
-        "refusal": None,
-    }
-    if calls:
-        message["tool_calls"] = calls
-    if thinking:
-        message["reasoning_content"] = "".join(thinking)
-    if thinking_blocks:
-        message["thinking_blocks"] = thinking_blocks
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason(data.get("stop_reason"))}
-    _stop_sequence(choice, data.get("stop_sequence"))
-    return {
-        "id": str(data.get("id") or "msg"),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": public_model,
-        "choices": [choice],
-        "usage": usage(data.get("usage")),
-    }
+    message = assistant_message("".join(texts), calls, "".join(thinking), thinking_blocks)
+    chosen = choice(message, finish_reason(data.get("stop_reason")))
+    _stop_sequence(chosen, data.get("stop_sequence"))
+    return completion(str(data.get("id") or "msg"), public_model, [chosen], usage(data.get("usage")))
 
 
 def _stop_sequence(choice: dict[str, Any], sequence: Any) -> None:

@@ -18,6 +18,7 @@ import orjson
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
 from inferplex.errors import InvalidRequest
 from inferplex.providers.failures import from_error_type
+from inferplex.translate.openai_shapes import assistant_message, cached_usage, choice, completion
 
 Chunk = dict[str, Any]
 
@@ -197,18 +198,12 @@ def build_request(request: ChatRequest, model_id: str, default_max_tokens: int) 
 def usage(data: Any) -> dict[str, Any]:
     """OpenAI usage from Converse's: cache reads and writes are part of the input, reported apart too."""
     u = data if isinstance(data, dict) else {}
-    fresh = int(u.get("inputTokens") or 0)
-    read = int(u.get("cacheReadInputTokens") or 0)
-    written = int(u.get("cacheWriteInputTokens") or 0)
-    output = int(u.get("outputTokens") or 0)
-    prompt = fresh + read + written
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": output,
-        "total_tokens": prompt + output,
-        "prompt_tokens_details": {"cached_tokens": read},
-        "cache_creation_input_tokens": written,
-    }
+    return cached_usage(
+        int(u.get("inputTokens") or 0),
+        int(u.get("cacheReadInputTokens") or 0),
+        int(u.get("cacheWriteInputTokens") or 0),
+        int(u.get("outputTokens") or 0),
+    )
 
 
 def to_completion(data: Any, public_model: str) -> Chunk:
@@ -236,26 +231,9 @@ def to_completion(data: Any, public_model: str) -> Chunk:
             blocks.append(
                 {"type": "thinking", "thinking": text.get("text", ""), "signature": text.get("signature", "")}
             )
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": "".join(texts) if texts or not calls else None,
-        "refusal": None,
-    }
-    if calls:
-        message["tool_calls"] = calls
-    if thinking:
-        message["reasoning_content"] = "".join(thinking)
-        message["thinking_blocks"] = blocks
-    return {
-        "id": "bedrock-" + str(int(time.time() * 1000)),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": public_model,
-        "choices": [
-            {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason(data.get("stopReason"))}
-        ],
-        "usage": usage(data.get("usage")),
-    }
+    message = assistant_message("".join(texts), calls, "".join(thinking), blocks if thinking else None)
+    chosen = choice(message, finish_reason(data.get("stopReason")))
+    return completion("bedrock-" + str(int(time.time() * 1000)), public_model, [chosen], usage(data.get("usage")))
 
 
 class BedrockStream:

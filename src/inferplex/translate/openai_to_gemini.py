@@ -18,6 +18,7 @@ from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoi
 from inferplex.errors import InvalidRequest
 from inferplex.providers.failures import from_error_type
 from inferplex.translate import reasoning
+from inferplex.translate.openai_shapes import assistant_message, choice, completion
 
 Chunk = dict[str, Any]
 
@@ -279,42 +280,13 @@ def to_completion(data: Any, public_model: str) -> Chunk:
     choices = []
     for i, cand in enumerate(data.get("candidates") or ()):
         text, thoughts, tool_calls = _split((cand.get("content") or {}).get("parts"), calls)
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": text if text or not tool_calls else None,
-            "refusal": None,
-        }
-        if tool_calls:
-            message["tool_calls"] = tool_calls
-        if thoughts:
-            message["reasoning_content"] = thoughts
-        choices.append(
-            {
-                "index": cand.get("index", i),
-                "message": message,
-                "logprobs": None,
-                "finish_reason": finish_reason(cand.get("finishReason"), bool(tool_calls)),
-            }
-        )
+        message = assistant_message(text, tool_calls, thoughts)
+        choices.append(choice(message, finish_reason(cand.get("finishReason"), bool(tool_calls)), cand.get("index", i)))
     if not choices and _blocked(data):
-        choices.append(
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "", "refusal": None},
-                "logprobs": None,
-                "finish_reason": "content_filter",
-            }
-        )
+        choices.append(choice(assistant_message("", []), "content_filter"))
     if not choices:
         raise from_error_type("api_error", "the provider's response has no candidates")
-    return {
-        "id": response_id,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": public_model,
-        "choices": choices,
-        "usage": usage(data.get("usageMetadata")),
-    }
+    return completion(response_id, public_model, choices, usage(data.get("usageMetadata")))
 
 
 class GeminiStream:
