@@ -101,3 +101,12 @@ def test_serve_refuses_a_bad_config(tmp_path: Path) -> None:
     assert out.returncode != 0 and "models[0].deployments" in out.stderr and str(path) in out.stderr
     out = run_cli("serve", "--port", "0", env={"INFERPLEX_CONFIG": str(path)})
     assert out.returncode != 0 and "models[0].deployments" in out.stderr
+
+
+def test_the_readme_config_example_is_valid(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = readme.index("```yaml\nserver:") + len("```yaml\n")
+    path = tmp_path / "readme.yaml"
+    path.write_text(readme[start : readme.index("```", start)])
+    out = run_cli("config", "check", str(path), env={"GROQ_API_KEY": "gsk-test", "INFERPLEX_MASTER_KEY": "k"})
+    assert out.returncode == 0, out.stderr
