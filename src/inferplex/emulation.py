@@ -19,6 +19,7 @@ from typing import Any
 from inferplex.canonical import ChatRequest, FunctionDef, NamedToolChoice, Tool
 from inferplex.capabilities import JsonTool, Plan
 from inferplex.providers.base import Chunk
+from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
 
 Once = Callable[[ChatRequest], Awaitable[Chunk]]
 StreamOnce = Callable[[ChatRequest], AsyncIterator[Chunk]]
@@ -109,7 +110,7 @@ async def run_stream(plan: Plan, once: Once, stream_once: StreamOnce) -> AsyncGe
     usage: dict[str, Any] | None = None
     last: Chunk | None = None
     for i in range(plan.fan_out):
-        source = _replay(await once(request)) if plan.buffered_stream else stream_once(request)
+        source = aiter_chunks(completion_chunks(await once(request))) if plan.buffered_stream else stream_once(request)
         try:
             async for chunk in source:
                 if not chunk.get("choices") and chunk.get("usage") is not None:
@@ -126,37 +127,3 @@ async def run_stream(plan: Plan, once: Once, stream_once: StreamOnce) -> AsyncGe
     if last is not None:
         last["usage"] = usage
         yield last
-
-
-async def _replay(completion: Chunk) -> AsyncIterator[Chunk]:
-    """A buffered completion as the chunks a stream would have carried."""
-    base = {
-        "id": completion.get("id"),
-        "object": "chat.completion.chunk",
-        "created": completion.get("created"),
-        "model": completion.get("model"),
-    }
-    for choice in completion.get("choices") or ():
-        message = choice.get("message") or {}
-        delta: dict[str, Any] = {"role": "assistant"}
-        for key in ("content", "reasoning_content", "refusal"):
-            if message.get(key):
-                delta[key] = message[key]
-        if message.get("tool_calls"):
-            delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(message["tool_calls"])]
-        yield {
-            **base,
-            "choices": [{"index": choice.get("index", 0), "delta": delta, "logprobs": None, "finish_reason": None}],
-        }
-        yield {
-            **base,
-            "choices": [
-                {
-                    "index": choice.get("index", 0),
-                    "delta": {},
-                    "logprobs": None,
-                    "finish_reason": choice.get("finish_reason") or "stop",
-                }
-            ],
-        }
-    yield {**base, "choices": [], "usage": completion.get("usage")}

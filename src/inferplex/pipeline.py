@@ -26,10 +26,10 @@ from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
 from inferplex.errors import UpstreamError
-from inferplex.processors.replay import completion_chunks, replay
 from inferplex.providers.base import Adapter, CallInfo, Chunk, Target
 from inferplex.routing.options import route_options
 from inferplex.timings import Timings
+from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
 
 T = TypeVar("T")
 
@@ -345,8 +345,9 @@ class Pipeline:
             # A processor needs the whole answer: call buffered, then replay the result as a stream.
             request = request.model_copy(update={"stream": False, "stream_options": None})
             raw = {k: v for k, v in raw.items() if k not in ("stream", "stream_options")}
-            chunks = completion_chunks(await self._complete(ctx, request, raw, run, resolved, admission))
-            return ChatStream(chunks[0], replay(chunks[1:]), ctx, _Settled())
+            response = await self._complete(ctx, request, raw, run, resolved, admission)
+            chunks = completion_chunks(response, carry=("processors", "inferada"))
+            return ChatStream(chunks[0], aiter_chunks(chunks[1:]), ctx, _Settled())
 
         async def call(target: Target) -> tuple[Chunk, AsyncIterator[Chunk]]:
             ctx.timings.mark_upstream_start()

@@ -14,10 +14,10 @@ from inferplex.processors.injection import heuristic_score, segments, similarity
 from inferplex.processors.json_validate import problem
 from inferplex.processors.pii_detect import find_pii
 from inferplex.processors.placeholders import Restorer, Vault
-from inferplex.processors.replay import completion_chunks
 from inferplex.processors.routing_policy import Need, cost_micros, fits, need_of
 from inferplex.processors.spec import Spec, merge, parse_list, requested
 from inferplex.processors.spellcheck import correct
+from inferplex.translate.openai_shapes import completion_chunks
 
 
 @pytest.mark.parametrize(
@@ -175,7 +175,7 @@ def test_completion_replays_as_chunks() -> None:
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
         "processors": {"x": {}},
     }
-    chunks = completion_chunks(response)
+    chunks = completion_chunks(response, carry=("processors", "inferada"))
     assert [c["choices"] for c in chunks] == [
         [{"index": 0, "delta": {"role": "assistant", "content": "hi"}, "logprobs": None, "finish_reason": None}],
         [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}],

@@ -13,7 +13,6 @@ from dataclasses import replace
 from typing import Any
 
 import aiohttp
-import orjson
 
 from inferplex.canonical import ChatRequest
 from inferplex.capabilities import E, ProviderCapabilities, R, Support
@@ -108,19 +107,15 @@ class Anthropic(NativeAdapter):
             raise overloaded(err) from err
         translator = tr.AnthropicStream(target.model.name)
         try:
-            async for event in http.sse_events(resp, name):
-                try:
-                    data = orjson.loads(event.data)
-                except orjson.JSONDecodeError:
-                    raise UpstreamError(f"provider {name} sent a stream event that is not JSON") from None
-                for chunk in translator.feed(event.event, data):
+            async for event_name, data in http.json_events(resp, name):
+                for chunk in translator.feed(event_name, data):
                     yield chunk
                 if translator.done:
                     break
         finally:
             resp.close()
         if not translator.done:
-            raise UpstreamError(f"provider {name} ended the stream before it was complete")
+            raise http.incomplete(name)
 
     async def count_tokens(self, request: ChatRequest, target: Target) -> int:
         """The provider's own count of the request's input tokens (POST /v1/messages/count_tokens)."""

@@ -142,7 +142,7 @@ class Bedrock(NativeAdapter):
         finally:
             resp.close()
         if not translator.done:
-            raise UpstreamError(f"provider {name} ended the stream before it was complete")
+            raise http.incomplete(name)
 
 
 def create(config: ProviderConfig, resources: Any) -> Bedrock:

@@ -12,7 +12,6 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-import orjson
 
 from inferplex.canonical import ChatRequest
 from inferplex.capabilities import N, ProviderCapabilities, Support
@@ -91,17 +90,13 @@ class Gemini(NativeAdapter):
             raise _overloaded(err) from err
         translator = tr.GeminiStream(target.model.name)
         try:
-            async for event in http.sse_events(resp, name):
-                try:
-                    data = orjson.loads(event.data)
-                except orjson.JSONDecodeError:
-                    raise UpstreamError(f"provider {name} sent a stream event that is not JSON") from None
+            async for _, data in http.json_events(resp, name):
                 for chunk in translator.feed(data):
                     yield chunk
         finally:
             resp.close()
         if not translator.finished:
-            raise UpstreamError(f"provider {name} ended the stream before it was complete")
+            raise http.incomplete(name)
         yield translator.end()
 
 

@@ -159,3 +159,23 @@ async def sse_events(resp: aiohttp.ClientResponse, provider: str) -> AsyncIterat
     last = decoder.flush()
     if last is not None:
         yield last
+
+
+DONE = object()  # what `json_events` yields for OpenAI's `data: [DONE]`
+
+
+async def json_events(resp: aiohttp.ClientResponse, provider: str) -> AsyncIterator[tuple[str, Any]]:
+    """SSE events as (event name, decoded JSON data); `[DONE]` comes as `DONE`. A stream that ends without
+    its provider's own end marker is for the caller to judge; data that is not JSON is the provider's failure."""
+    async for event in sse_events(resp, provider):
+        if event.data == "[DONE]":
+            yield event.event, DONE
+            continue
+        try:
+            yield event.event, orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            raise UpstreamError(f"provider {provider} sent a stream event that is not JSON") from None
+
+
+def incomplete(provider: str) -> UpstreamError:
+    return UpstreamError(f"provider {provider} ended the stream before it was complete")

@@ -166,24 +166,20 @@ class OpenAICompatible:
         public = target.model.name
         done = False
         try:
-            async for event in http.sse_events(resp, name):
-                if event.data == "[DONE]":
+            async for _, chunk in http.json_events(resp, name):
+                if chunk is http.DONE:
                     done = True
                     break
-                try:
-                    chunk = orjson.loads(event.data)
-                except orjson.JSONDecodeError:
-                    raise UpstreamError(f"provider {name} sent a stream event that is not JSON") from None
-                if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
-                    raise UpstreamError(http.error_message(event.data.encode(), f"provider {name} failed mid-stream"))
                 if not isinstance(chunk, dict):
                     continue
+                if "error" in chunk and "choices" not in chunk:
+                    raise UpstreamError(http.error_message(orjson.dumps(chunk), f"provider {name} failed mid-stream"))
                 chunk["model"] = public
                 yield chunk
         finally:
             resp.close()
         if not done:
-            raise UpstreamError(f"provider {name} ended the stream before it was complete")
+            raise http.incomplete(name)
 
     async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], target: Target) -> dict[str, Any]:
         body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}

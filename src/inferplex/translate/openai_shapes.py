@@ -8,6 +8,7 @@ identical in the keys a strict client reads (`refusal`, `logprobs`, `prompt_toke
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from inferplex.providers.base import Chunk
@@ -56,3 +57,78 @@ def cached_usage(fresh: int, read: int, written: int, output: int) -> dict[str, 
         "prompt_tokens_details": {"cached_tokens": read},
         "cache_creation_input_tokens": written,
     }
+
+
+def completion_chunks(response: Chunk, carry: tuple[str, ...] = ()) -> list[Chunk]:
+    """A buffered `chat.completion` as the chunks a stream of it would have carried.
+
+    Used wherever an answer must be streamed but was produced whole (a model declared `streaming: false`,
+    a processor that needs the whole answer): one chunk with every choice's message, one with every
+    finish_reason (carrying the response's `carry` keys, e.g. processor metadata), then the usage chunk.
+    Content goes whole: the answer is complete, so splitting it would only add frames."""
+    head: dict[str, Any] = {
+        "id": response.get("id", "chatcmpl-replay"),
+        "object": "chat.completion.chunk",
+        "created": response.get("created", 0),
+        "model": response.get("model", ""),
+    }
+    if response.get("system_fingerprint") is not None:
+        head["system_fingerprint"] = response["system_fingerprint"]
+    content: list[dict[str, Any]] = []
+    finish: list[dict[str, Any]] = []
+    for i, choice in enumerate(response.get("choices") or ()):
+        index = choice.get("index", i)
+        message = choice.get("message") or {}
+        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+        for key in ("reasoning_content", "refusal"):
+            if message.get(key):
+                delta[key] = message[key]
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": n, **call} for n, call in enumerate(message["tool_calls"])]
+        content.append({"index": index, "delta": delta, "logprobs": None, "finish_reason": None})
+        reason = choice.get("finish_reason") or "stop"
+        finish.append({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
+    last = {**head, "choices": finish}
+    for key in carry:
+        if key in response:
+            last[key] = response[key]
+    out = [{**head, "choices": content}, last]
+    if response.get("usage") is not None:
+        out.append({**head, "choices": [], "usage": response["usage"]})
+    return out
+
+
+async def aiter_chunks(chunks: list[Chunk]) -> AsyncIterator[Chunk]:
+    for chunk in chunks:
+        yield chunk
+
+
+class ChunkStream:
+    """The identity of one translated stream (id, created, public model) and the two chunk shapes it emits.
+
+    Each native stream translator subclasses it and keeps its own state (block indexes, usage so far)."""
+
+    def __init__(self, public_model: str, stream_id: str) -> None:
+        self.model = public_model
+        self.id = stream_id
+        self.created = int(time.time())
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, index: int = 0) -> Chunk:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+
+    def _usage_chunk(self, usage: dict[str, Any]) -> Chunk:
+        """The last chunk of every stream: no choices, the usage (the dialect shows it if asked)."""
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": usage,
+        }

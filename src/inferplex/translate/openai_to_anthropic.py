@@ -10,7 +10,6 @@ never a crash, so a new Anthropic feature cannot break a running gateway.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -19,7 +18,7 @@ from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoi
 from inferplex.errors import GatewayError, InvalidRequest
 from inferplex.providers.failures import from_error_type
 from inferplex.translate import reasoning
-from inferplex.translate.openai_shapes import assistant_message, cached_usage, choice, completion
+from inferplex.translate.openai_shapes import ChunkStream, assistant_message, cached_usage, choice, completion
 
 Chunk = dict[str, Any]
 
@@ -304,7 +303,7 @@ def stream_error(data: Any) -> GatewayError:
     return from_error_type(str(err.get("type") or "api_error"), str(err.get("message") or "the provider failed"))
 
 
-class AnthropicStream:
+class AnthropicStream(ChunkStream):
     """Translates one Messages API event stream into `chat.completion.chunk` dicts.
 
     Anthropic numbers content blocks across text and tool use; OpenAI numbers tool calls alone. The map
@@ -312,21 +311,10 @@ class AnthropicStream:
     """
 
     def __init__(self, public_model: str) -> None:
-        self.model = public_model
-        self.id = "msg"
-        self.created = int(time.time())
+        super().__init__(public_model, "msg")
         self.tool_index: dict[int, int] = {}
         self.usage: dict[str, Any] = {}
         self.done = False
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> Chunk:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-        }
 
     def feed(self, event: str, data: Any) -> list[Chunk]:
         """Chunks for one SSE event (`event` is the SSE event name; `data` its decoded JSON)."""
@@ -352,16 +340,7 @@ class AnthropicStream:
             return [chunk]
         if kind == "message_stop":
             self.done = True
-            return [
-                {
-                    "id": self.id,
-                    "object": "chat.completion.chunk",
-                    "created": self.created,
-                    "model": self.model,
-                    "choices": [],
-                    "usage": usage(self.usage),
-                }
-            ]
+            return [self._usage_chunk(usage(self.usage))]
         return []  # ping, content_block_stop, and event types added after this was written
 
     def _block_start(self, index: int, block: dict[str, Any]) -> list[Chunk]:

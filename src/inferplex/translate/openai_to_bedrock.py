@@ -18,7 +18,7 @@ import orjson
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
 from inferplex.errors import InvalidRequest
 from inferplex.providers.failures import from_error_type
-from inferplex.translate.openai_shapes import assistant_message, cached_usage, choice, completion
+from inferplex.translate.openai_shapes import ChunkStream, assistant_message, cached_usage, choice, completion
 
 Chunk = dict[str, Any]
 
@@ -236,25 +236,14 @@ def to_completion(data: Any, public_model: str) -> Chunk:
     return completion("bedrock-" + str(int(time.time() * 1000)), public_model, [chosen], usage(data.get("usage")))
 
 
-class BedrockStream:
+class BedrockStream(ChunkStream):
     """Translates ConverseStream events into chunks; the usage chunk comes from the final `metadata` event."""
 
     def __init__(self, public_model: str) -> None:
-        self.model = public_model
-        self.id = "bedrock-" + str(int(time.time() * 1000))
-        self.created = int(time.time())
+        super().__init__(public_model, "bedrock-" + str(int(time.time() * 1000)))
         self.tool_index: dict[int, int] = {}
         self.stopped = False
         self.done = False
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> Chunk:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-        }
 
     def feed(self, event: str, data: Any, message_type: str = "event") -> list[Chunk]:
         if message_type in ("exception", "error"):
@@ -285,16 +274,7 @@ class BedrockStream:
             return [self._chunk({}, finish_reason(data.get("stopReason")))]
         if event == "metadata":
             self.done = True
-            return [
-                {
-                    "id": self.id,
-                    "object": "chat.completion.chunk",
-                    "created": self.created,
-                    "model": self.model,
-                    "choices": [],
-                    "usage": usage(data.get("usage")),
-                }
-            ]
+            return [self._usage_chunk(usage(data.get("usage")))]
         return []  # contentBlockStop and events added after this was written
 
     def _delta(self, index: int, delta: dict[str, Any]) -> list[Chunk]:

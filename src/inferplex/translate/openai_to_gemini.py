@@ -9,7 +9,6 @@ as its nearest meaning (or skipped), never a crash.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -18,7 +17,7 @@ from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoi
 from inferplex.errors import InvalidRequest
 from inferplex.providers.failures import from_error_type
 from inferplex.translate import reasoning
-from inferplex.translate.openai_shapes import assistant_message, choice, completion
+from inferplex.translate.openai_shapes import ChunkStream, assistant_message, choice, completion
 
 Chunk = dict[str, Any]
 
@@ -289,27 +288,16 @@ def to_completion(data: Any, public_model: str) -> Chunk:
     return completion(response_id, public_model, choices, usage(data.get("usageMetadata")))
 
 
-class GeminiStream:
+class GeminiStream(ChunkStream):
     """Translates one streamGenerateContent (alt=sse) response into chunks; usage is sent once, at the end."""
 
     def __init__(self, public_model: str) -> None:
-        self.model = public_model
-        self.id = "gemini"
-        self.created = int(time.time())
+        super().__init__(public_model, "gemini")
         self.started = False
         self.tool_index: dict[int, int] = {}
         self.calls = _Calls("s")
         self.usage: Any = None
         self.finished = False
-
-    def _chunk(self, index: int, delta: dict[str, Any], finish: str | None = None) -> Chunk:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
-        }
 
     def feed(self, data: Any) -> list[Chunk]:
         if not isinstance(data, dict):
@@ -323,31 +311,24 @@ class GeminiStream:
         out: list[Chunk] = []
         if not self.started:
             self.started = True
-            out.append(self._chunk(0, {"role": "assistant", "content": ""}))
+            out.append(self._chunk({"role": "assistant", "content": ""}))
         if _blocked(data):
             self.finished = True
-            out.append(self._chunk(0, {}, "content_filter"))
+            out.append(self._chunk({}, "content_filter"))
         for i, cand in enumerate(data.get("candidates") or ()):
             index = cand.get("index", i)
             text, thoughts, tool_calls = _split((cand.get("content") or {}).get("parts"), self.calls)
             if thoughts:
-                out.append(self._chunk(index, {"reasoning_content": thoughts}))
+                out.append(self._chunk(index=index, delta={"reasoning_content": thoughts}))
             if text:
-                out.append(self._chunk(index, {"content": text}))
+                out.append(self._chunk(index=index, delta={"content": text}))
             for call in tool_calls:
                 position = self.tool_index[index] = self.tool_index.get(index, -1) + 1
-                out.append(self._chunk(index, {"tool_calls": [{"index": position, **call}]}))
+                out.append(self._chunk(index=index, delta={"tool_calls": [{"index": position, **call}]}))
             if cand.get("finishReason"):
                 self.finished = True
-                out.append(self._chunk(index, {}, finish_reason(cand["finishReason"], index in self.tool_index)))
+                out.append(self._chunk({}, finish_reason(cand["finishReason"], index in self.tool_index), index))
         return out
 
     def end(self) -> Chunk:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": usage(self.usage),
-        }
+        return self._usage_chunk(usage(self.usage))
