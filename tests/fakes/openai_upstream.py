@@ -21,13 +21,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import struct
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.fakes.server import BackgroundServer
 
 VALID_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
@@ -179,9 +180,7 @@ class FakeOpenAI:
     def __init__(self, api_key: str = "sk-fake-upstream") -> None:
         self.state = FakeState(api_key)
         self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
+        self._server: BackgroundServer | None = None
 
     @property
     def base_url(self) -> str:
@@ -323,33 +322,11 @@ class FakeOpenAI:
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
     def start(self) -> FakeOpenAI:
-        ready = threading.Event()
-
-        def run() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            app = web.Application()
-            app.router.add_post("/v1/chat/completions", self.chat)
-            app.router.add_post("/v1/embeddings", self.embeddings)
-            self._runner = web.AppRunner(app, handle_signals=False)
-            loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
-            loop.run_until_complete(site.start())
-            server = site._server
-            assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            ready.set()
-            loop.run_forever()
-            loop.run_until_complete(self._runner.cleanup())
-            loop.close()
-
-        self._thread = threading.Thread(target=run, daemon=True, name="fake-openai")
-        self._thread.start()
-        ready.wait(10)
+        routes = [web.post("/v1/chat/completions", self.chat), web.post("/v1/embeddings", self.embeddings)]
+        self._server = BackgroundServer(routes, "openai")
+        self.port = self._server.start()
         return self
 
     def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-        if self._thread is not None:
-            self._thread.join(10)
+        if self._server is not None:
+            self._server.stop()

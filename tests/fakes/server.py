@@ -23,34 +23,23 @@ class Recorded:
     raw: bytes = b""
 
 
-@dataclass
-class FakeServer:
-    name: str = "fake"
-    requests: list[Recorded] = field(default_factory=list)
-    port: int = 0
-    _loop: asyncio.AbstractEventLoop | None = None
-    _thread: threading.Thread | None = None
+class BackgroundServer:
+    """An aiohttp app on 127.0.0.1 (a free port), served from a thread with its own event loop."""
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def __init__(self, routes: list[web.RouteDef], name: str) -> None:
+        self.routes = routes
+        self.name = name
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
 
-    def last(self, suffix: str = "") -> Recorded:
-        return next(r for r in reversed(self.requests) if r.path.endswith(suffix))
-
-    def routes(self) -> list[web.RouteDef]:
-        raise NotImplementedError
-
-    def record(self, request: web.Request, body: Any, raw: bytes = b"") -> None:
-        self.requests.append(Recorded(request.path, dict(request.query), dict(request.headers), body, raw))
-
-    def start(self) -> FakeServer:
+    def start(self) -> int:
         ready = threading.Event()
 
         def run() -> None:
             loop = self._loop = asyncio.new_event_loop()
             app = web.Application(client_max_size=64 * 1024 * 1024)
-            app.add_routes(self.routes())
+            app.add_routes(self.routes)
             runner = web.AppRunner(app, handle_signals=False)
             loop.run_until_complete(runner.setup())
             site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -66,13 +55,43 @@ class FakeServer:
         self._thread = threading.Thread(target=run, daemon=True, name=f"fake-{self.name}")
         self._thread.start()
         ready.wait(10)
-        return self
+        return self.port
 
     def stop(self) -> None:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
         if self._thread is not None:
             self._thread.join(10)
+
+
+@dataclass
+class FakeServer:
+    name: str = "fake"
+    requests: list[Recorded] = field(default_factory=list)
+    port: int = 0
+    _server: BackgroundServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def last(self, suffix: str = "") -> Recorded:
+        return next(r for r in reversed(self.requests) if r.path.endswith(suffix))
+
+    def routes(self) -> list[web.RouteDef]:
+        raise NotImplementedError
+
+    def record(self, request: web.Request, body: Any, raw: bytes = b"") -> None:
+        self.requests.append(Recorded(request.path, dict(request.query), dict(request.headers), body, raw))
+
+    def start(self) -> FakeServer:
+        self._server = BackgroundServer(self.routes(), self.name)
+        self.port = self._server.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
 
 
 def words(text: str) -> int:

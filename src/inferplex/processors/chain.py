@@ -139,9 +139,16 @@ async def _waiting(chunks: AsyncIterator[Chunk], waited: list[float]) -> AsyncIt
 def factory(env: Env) -> Callable[[Context, ChatRequest], Chain | None]:
     def make(ctx: Context, request: ChatRequest) -> Chain | None:
         raw = request.model_extra or {}
+        settings = ctx.principal.settings
+        if (
+            "processors" not in raw
+            and "inferada" not in raw
+            and not settings.get(ENFORCED_KEY)
+            and not settings.get(DEFAULTS_KEY)
+        ):
+            return None  # the common case, decided without parsing anything
         req = requested(raw)
         check_known(req.specs, "inferada.processors" if req.inferada else "processors")
-        settings = ctx.principal.settings
         enforced = from_settings(settings, ENFORCED_KEY)
         defaults = from_settings(settings, DEFAULTS_KEY)
         check_known(enforced, ENFORCED_KEY)
