@@ -119,3 +119,11 @@ class Admin:
 
     def close(self) -> None:
         self.client.close()
+
+
+@pytest.fixture
+def admin(server: Any) -> Iterator[Admin]:
+    """The admin API of the module's own `server` gateway (each test module defines that fixture)."""
+    a = Admin(server.url, server.master_key)
+    yield a
+    a.close()

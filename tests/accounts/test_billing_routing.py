@@ -44,13 +44,6 @@ def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) ->
         yield gw
 
 
-@pytest.fixture
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def wait_for_ledger(admin: Admin, account_id: str, rows: int) -> list[dict[str, object]]:
     deadline = time.monotonic() + 10
     while len(entries := admin.ledger(account_id)) < rows and time.monotonic() < deadline:

@@ -24,13 +24,6 @@ def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) ->
         yield gw
 
 
-@pytest.fixture
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def chat(server: GatewayServer, key: str, model: str = "echo-model", **headers: str) -> httpx.Response:
     body = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
     return httpx.post(
