@@ -6,7 +6,7 @@ closed on shutdown; everything a handler needs hangs off one `Services` object o
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -15,7 +15,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import routes as admin_routes
@@ -27,7 +28,7 @@ from inferplex.dialects import inferexchange as inferexchange_dialect
 from inferplex.dialects import oneinfer as oneinfer_dialect
 from inferplex.dialects import openai as openai_dialect
 from inferplex.dialects import unify as unify_dialect
-from inferplex.edge import json_response
+from inferplex.edge import Endpoint, json_response, self_contained
 from inferplex.errors import GatewayError, NotFound
 from inferplex.pipeline import Pipeline
 from inferplex.processors.chain import gateway_factory
@@ -74,7 +75,38 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return json_response(err.to_openai(), status=err.status)
 
 
-def create_app(config: Config, master_key: str) -> Starlette:
+class Gateway(Starlette):
+    """The Starlette app, with its fixed-path API routes looked up in a dict before the router runs.
+
+    Starlette's router matches each route's regex in turn and wraps every call in two middleware layers
+    and an exception-handler shim: about a tenth of the gateway's CPU per proxied request
+    (docs/benchmarks.md). Routes built by `edge.endpoint` render every failure themselves, so for them
+    those layers add nothing; everything else (path parameters, 404 and 405, HEAD, lifespan, a mounted
+    root_path) still takes Starlette's path.
+    """
+
+    def __init__(self, *, routes: Sequence[BaseRoute], **kwargs: object) -> None:
+        super().__init__(routes=routes, **kwargs)  # type: ignore[arg-type]
+        self._exact: dict[tuple[str, str], Endpoint] = {
+            (route.path, method): route.endpoint
+            for route in routes
+            if isinstance(route, Route) and not route.param_convertors and self_contained(route.endpoint)
+            for method in route.methods or ()
+            if method != "HEAD"
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope.get("root_path"):
+            handler = self._exact.get((scope["path"], scope["method"]))
+            if handler is not None:
+                scope["app"] = self
+                response = await handler(Request(scope, receive, send))
+                await response(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def create_app(config: Config, master_key: str) -> Gateway:
     catalog = Catalog(config)
 
     @asynccontextmanager
@@ -102,4 +134,4 @@ def create_app(config: Config, master_key: str) -> Starlette:
     routes = [Route("/health", _health, methods=["GET"]), *openai_dialect.routes, *anthropic_dialect.routes]
     routes += [*oneinfer_dialect.routes, *unify_dialect.routes, *inferexchange_dialect.routes]
     routes += admin_routes.routes
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    return Gateway(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})

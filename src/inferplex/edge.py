@@ -21,6 +21,15 @@ log = logging.getLogger("inferplex")
 
 ErrorRenderer = Callable[[GatewayError, Context], Response]
 Handler = Callable[[Request, Context], Awaitable[Response]]
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+# The routes built by `endpoint`: they answer every failure themselves, so the app may serve them without
+# Starlette's exception middleware (app.Gateway).
+_SELF_CONTAINED: set[Endpoint] = set()
+
+
+def self_contained(fn: object) -> bool:
+    return fn in _SELF_CONTAINED
 
 
 def json_response(data: Any, headers: dict[str, str] | None = None, status: int = 200) -> Response:
@@ -58,9 +67,7 @@ async def read_bytes(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def endpoint(
-    render_error: ErrorRenderer, handler: Handler, scope: str | None, dialect: str = "openai"
-) -> Callable[[Request], Awaitable[Response]]:
+def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, dialect: str = "openai") -> Endpoint:
     """A route: authenticate the caller (requiring `scope`), run the handler, render any failure."""
 
     async def run(request: Request) -> Response:
@@ -78,4 +85,5 @@ def endpoint(
             internal = InternalError(f"The gateway hit an unexpected error (request id {ctx.request_id}).")
             return render_error(internal, ctx)
 
+    _SELF_CONTAINED.add(run)
     return run
