@@ -120,6 +120,8 @@ class AccountGuard:
                     rates.append(Rate(f"{name}:{suffix}", amount, limit, WINDOW_S))
                     unit = "requests" if suffix == "rpm" else "tokens"
                     what.append(f"{name.split(':')[0]}: {limit} {unit} per minute")
+        if not rates:
+            return
         wait, worst = await self.limits.take(rates)
         if wait > 0:
             raise RateLimited(f"Rate limit reached for {what[worst]}. Try again in {wait:.1f}s.", retry_after=wait)
@@ -231,7 +233,16 @@ class _Admission:
         if failed:
             last = ctx.attempt_log[-1].status if ctx.attempt_log else None
             status = last if last and last >= 400 else 502
-        await asyncio.shield(self.guard.run_shielded(self._book(ctx, tokens, cost, status)))
+        if self._books(ctx, tokens, cost):
+            await asyncio.shield(self.guard.run_shielded(self._book(ctx, tokens, cost, status)))
+        else:  # nothing to await (no account, token limit or slot): no task to shield it in
+            self.guard._log(ctx, self.model, self.request, status, tokens, cost)
+
+    def _books(self, ctx: Context, tokens: Tokens, cost: int) -> bool:
+        """Whether settlement has to touch a store: the ledger, a token bucket or a concurrency slot."""
+        if self.held or (ctx.principal.account_id is not None and (self.reserved or cost)):
+            return True
+        return bool(tokens.completion) and any(lim.tpm for _, lim in self.scopes)
 
     async def _book(self, ctx: Context, tokens: Tokens, cost: int, status: int) -> None:
         g, p = self.guard, ctx.principal
