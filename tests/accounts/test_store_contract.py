@@ -134,9 +134,15 @@ async def test_usage_rows_filters_and_totals(db: Database) -> None:
             "response_body": None,
         }
 
-    await store.append([row(1, "m1", "k1", ["a"]), row(2, "m1", "k2", ["a", "b"]), row(3, "m2", "k1", [])])
+    with_bodies = {**row(3, "m2", "k1", []), "request_body": {"messages": [{"content": "é"}]}, "response_body": [1]}
+    await store.append([row(1, "m1", "k1", ["a"]), row(2, "m1", "k2", ["a", "b"]), with_bodies])
     rows = await store.rows(UsageFilter(key_id="k1"))
     assert [r["request_id"] for r in rows] == ["req_3", "req_1"]
+    assert (rows[0]["request_body"], rows[0]["response_body"], rows[1]["tags"]) == (
+        {"messages": [{"content": "é"}]},
+        [1],
+        ["a"],
+    )
     assert [r["request_id"] for r in await store.rows(UsageFilter(model="m1", since=now + 2))] == ["req_2"]
     by_model = {r["group"]: r for r in await store.totals("model", UsageFilter())}
     assert (by_model["m1"]["requests"], by_model["m1"]["cost_micros"], by_model["m2"]["completion_tokens"]) == (

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, make_url, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 
@@ -68,6 +68,12 @@ class Database:
             self._async = create_async_engine(url, pool_size=10, max_overflow=20)
             # Reads and single-statement writes need no BEGIN/COMMIT round trips.
             self._autocommit = self._async.execution_options(isolation_level="AUTOCOMMIT")
+
+    @property
+    def dialect(self) -> Dialect:
+        engine = self._sync if self._async is None else self._async.sync_engine
+        assert engine is not None
+        return engine.dialect
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` in one transaction, committed if it returns, rolled back if it raises."""
