@@ -41,9 +41,8 @@ class _Deployment(OpenAICompatible):
 
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession, url: str, api_version: str) -> None:
         super().__init__(config.model_copy(update={"base_url": url, "profile": "openai"}), session)
-        query = "?api-version=" + quote(api_version, safe="")
-        self._chat_url += query
-        self._embed_url += query
+        self._chat_url = self._chat_url.with_query({"api-version": api_version})
+        self._embed_url = self._embed_url.with_query({"api-version": api_version})
 
 
 class AzureOpenAI:

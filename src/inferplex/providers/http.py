@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from inferplex.config import Timeouts
 from inferplex.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream_status
@@ -92,7 +93,7 @@ _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 
 async def post_json(
     session: aiohttp.ClientSession,
-    url: str,
+    url: str | URL,
     body: Any,
     headers: Mapping[str, str],
     timeouts: Timeouts,
@@ -115,7 +116,7 @@ async def post_json(
 
 async def open_stream(
     session: aiohttp.ClientSession,
-    url: str,
+    url: str | URL,
     body: Any,
     headers: Mapping[str, str],
     timeouts: Timeouts,

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.capabilities import Plan, plan
@@ -96,8 +97,9 @@ class OpenAICompatible:
         base = config.base_url or self.profile.base_url
         if base is None:
             raise ConfigError(f"provider {config.name}: base_url is required")
-        self._chat_url = base.rstrip("/") + "/chat/completions"
-        self._embed_url = base.rstrip("/") + "/embeddings"
+        # Parsed once: aiohttp parses a string URL again on every request.
+        self._chat_url = URL(base.rstrip("/") + "/chat/completions")
+        self._embed_url = URL(base.rstrip("/") + "/embeddings")
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if config.api_key:
             headers[self.profile.auth_header] = self.profile.auth_prefix + config.api_key.get_secret_value()

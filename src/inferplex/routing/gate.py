@@ -33,6 +33,13 @@ class PriorityGate:
     def saturated(self) -> bool:
         return self.limit is not None and (self.in_use >= self.limit or self.waiting > 0)
 
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free now, without queueing (the common, unsaturated case)."""
+        if self.saturated:
+            return False
+        self.in_use += 1
+        return True
+
     async def acquire(self, tier: str, within: float | None) -> None:
         """Take a slot, queueing by tier; raises TimeoutError if none frees up `within` seconds."""
         if not self.saturated:

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
 from inferplex.catalog import Catalog, Resolved
-from inferplex.config import Config, CooldownConfig, ModelConfig
+from inferplex.config import Config, CooldownConfig, DeploymentConfig, ModelConfig
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, RateLimited, Unavailable, UpstreamTimeout
 from inferplex.pipeline import Attempt, Context
 from inferplex.providers.base import Target
@@ -43,12 +43,20 @@ T = TypeVar("T")
 Group = tuple[ModelConfig, list[Target]]
 
 
+# Deployment configs live as long as the catalog; the entry keeps its config alive, so the id stays its own.
+_KEYS: dict[int, tuple[DeploymentConfig, str]] = {}
+
+
 def deployment_key(target: Target) -> str:
-    """A deployment's name in headers, logs and the shared cooldown store."""
+    """A deployment's name in headers, logs and the shared cooldown store (asked several times a request)."""
     d = target.deployment
-    if d.id is not None:
-        return d.id
-    return f"{d.provider}/{d.model}" + (f"@{d.region}" if d.region else "")
+    hit = _KEYS.get(id(d))
+    if hit is not None and hit[0] is d:
+        return hit[1]
+    key = d.id if d.id is not None else f"{d.provider}/{d.model}" + (f"@{d.region}" if d.region else "")
+    if len(_KEYS) < 65536:
+        _KEYS[id(d)] = (d, key)
+    return key
 
 
 class _Exhausted(Exception):
@@ -272,8 +280,13 @@ class Router:
         policy: CooldownConfig,
     ) -> tuple[tuple[Target, bool] | None, list[tuple[float, Target]], float | None]:
         """The next deployment to try (and whether it is a half-open probe), else what kept each one out."""
-        by_key = {k: t for k, t in ((deployment_key(t), t) for t in targets) if k not in banned}
-        order = list(by_key) if len(by_key) < 2 else self._rank(by_key, strategy, opts, tried)
+        if len(targets) == 1:  # the common case: nothing to rank
+            key = deployment_key(targets[0])
+            by_key = {} if key in banned else {key: targets[0]}
+            order = list(by_key)
+        else:
+            by_key = {k: t for k, t in ((deployment_key(t), t) for t in targets) if k not in banned}
+            order = list(by_key) if len(by_key) < 2 else self._rank(by_key, strategy, opts, tried)
         cooling: list[tuple[float, Target]] = []
         rate_wait: float | None = None
         saturated: list[Target] = []
@@ -333,7 +346,8 @@ class Router:
         if time.monotonic() >= deadline:
             raise UpstreamTimeout("The request's deadline passed before a deployment could answer.")
         try:
-            await gate.acquire(opts.service_tier, deadline - time.monotonic())
+            if not gate.try_acquire():
+                await gate.acquire(opts.service_tier, deadline - time.monotonic())
         except TimeoutError:
             raise UpstreamTimeout(
                 f"The request's deadline passed while waiting for capacity on deployment {key}."
