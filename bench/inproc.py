@@ -7,6 +7,10 @@ tasks, on this one process pinned to the first core. What it reports is the app'
 figure than `bench/run.py` for A/B tests of the gateway's own code on a noisy machine.
 
     .venv/bin/python bench/inproc.py [--requests 20000] [--concurrency 50] [--stream] [--src DIR]
+    .venv/bin/python bench/inproc.py --no-upstream   # buffered calls answered in-process: only our code
+
+`--no-upstream` replaces the adapter's HTTP call (`providers.http.post_json`) with a canned answer, so
+the figure is the gateway's own code and Starlette alone: the steadiest A/B for changes to them.
 """
 
 from __future__ import annotations
@@ -103,6 +107,23 @@ async def _main(args: argparse.Namespace, config_path: Path) -> None:
     from inferplex.app import create_app
     from inferplex.config import load_config
 
+    if args.no_upstream:
+        import orjson
+        from inferplex.providers import http
+
+        canned = orjson.dumps({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1735689600, "model": "upstream-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!", "refusal": None},
+                         "logprobs": None, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 12, "total_tokens": 21},
+        })  # fmt: skip
+
+        async def post_json(*_: Any, **__: Any) -> tuple[Any, dict[str, str]]:
+            await asyncio.sleep(0)
+            return orjson.loads(canned), {}
+
+        http.post_json = post_json  # type: ignore[assignment]
+
     app = create_app(load_config(str(config_path)), KEY)
     messages: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     startup_done = asyncio.Event()
@@ -141,6 +162,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--concurrency", type=int, default=50)
     ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--no-upstream", action="store_true", help="answer buffered calls in-process")
     ap.add_argument("--src", help="import inferplex from this src/ directory instead")
     args = ap.parse_args()
     if args.src:

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from inferplex.errors import GatewayError, InternalError, InvalidRequest, PayloadTooLarge, UnsupportedMediaType
@@ -32,8 +32,24 @@ def self_contained(fn: object) -> bool:
     return fn in _SELF_CONTAINED
 
 
+class JSONBytes(Response):
+    """A JSON body with its headers encoded directly: the gateway's own header names are already lower
+    case, so Starlette's general header normalisation is work every response would repeat."""
+
+    media_type = "application/json"
+
+    def __init__(self, body: bytes, status: int, headers: dict[str, str] | None) -> None:
+        self.body = body
+        self.status_code = status
+        self.background = None
+        raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        if headers:
+            raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self.raw_headers = raw
+
+
 def json_response(data: Any, headers: dict[str, str] | None = None, status: int = 200) -> Response:
-    return Response(orjson.dumps(data), status_code=status, headers=headers, media_type="application/json")
+    return JSONBytes(orjson.dumps(data), status, headers)
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:
@@ -59,12 +75,18 @@ async def read_bytes(request: Request, max_bytes: int) -> bytes:
         raise PayloadTooLarge(f"The request body is larger than the limit of {max_bytes} bytes.")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    receive = request.receive  # read directly: Starlette's stream() is an async generator per request
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > max_bytes:
             raise PayloadTooLarge(f"The request body is larger than the limit of {max_bytes} bytes.")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, dialect: str = "openai") -> Endpoint:

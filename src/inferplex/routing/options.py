@@ -77,7 +77,19 @@ def service_tier(value: str | None) -> str:
     return tier
 
 
+_PLAIN = {False: RouteOptions(), True: RouteOptions(stream=True)}
+
+
 def route_options(request: ChatRequest) -> RouteOptions:
+    if (
+        not isinstance(request.provider, dict)
+        and request.models is None
+        and request.endpoint_id is None
+        and request.service_tier is None
+        and request.region is None
+        and request.timeout is None
+    ):
+        return _PLAIN[bool(request.stream)]  # the common request names no routing preference
     prefs = provider_prefs(request.provider) if isinstance(request.provider, dict) else ProviderPrefs()
     if request.models is not None and not all(request.models):
         raise InvalidRequest("Invalid value for 'models': model names must not be empty.", param="models")
