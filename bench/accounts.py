@@ -12,7 +12,12 @@ Each gateway is a real `inferplex serve` process in front of bench/upstream.py (
 open-loop at a fixed rate by bench/loadgen.py; the difference in latency between rows is the overhead.
 Needs PostgreSQL and Redis on 127.0.0.1 for the third row (skipped with a note if unreachable).
 
+`--throughput S` adds, per scenario, S seconds of `wrk -c50` (buffered) with the gateway pinned to core 0
+and everything else to core 1, as in bench/run.py: requests/s and the gateway's CPU per request with
+every accounts stage on. Afterwards the account's balance must still equal its ledger sum.
+
     python bench/accounts.py --rps 200 --duration 10
+    python bench/accounts.py --rps 150 --duration 5 --throughput 8
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
 import loadgen
+import run as core_bench
 
 MASTER = "ipx-bench-master-" + secrets.token_hex(8)
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -82,8 +88,19 @@ def run_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, args: 
     path.write_text(yaml.safe_dump(cfg))
     port = free_port()
     env = {**os.environ, "INFERPLEX_BENCH_MASTER": MASTER, "INFERPLEX_BENCH_UP": "sk-bench"}
+    pin = core_bench.Pinning(True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)],
+        [
+            *pin.prefix(pin.gateway),
+            sys.executable,
+            "-m",
+            "inferplex",
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(port),
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
     )
@@ -102,12 +119,34 @@ def run_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, args: 
             r = httpx.post(base + "/admin/keys", json=body, headers={"Authorization": f"Bearer {MASTER}"})
             r.raise_for_status()
             key = r.json()["key"]
+            account = r.json()["account_id"]
         target = loadgen.Target.build(name, base + "/v1/chat/completions", key, "bench-model", stream=False)
         result = asyncio.run(loadgen.run_rate(target, args.rps, args.duration, args.warmup))
+        out: dict[str, Any] = {}
+        if args.throughput:
+            url = base + "/v1/chat/completions"
+            core_bench.wrk(url, key, False, 2, 50, pin.load, model="bench-model")  # warm-up
+            c0 = core_bench.cpu_seconds(proc.pid)
+            w = core_bench.wrk(url, key, False, args.throughput, 50, pin.load, model="bench-model")
+            cpu = core_bench.cpu_seconds(proc.pid) - c0
+            out["throughput"] = {
+                "rps": w["rps"],
+                "non_2xx": w["non_2xx"],
+                "socket_errors": w["socket_errors"],
+                "cpu_us_per_req": 1e6 * cpu / max(w["requests"], 1),
+            }
+            if use_key:
+                admin = {"Authorization": f"Bearer {MASTER}"}
+                time.sleep(1)  # settlements are booked in the background; let the last ones land
+                acct = httpx.get(f"{base}/admin/accounts/{account}", headers=admin).json()
+                ledger = httpx.get(f"{base}/admin/accounts/{account}/ledger", params={"limit": 10**7}, headers=admin)
+                entries = ledger.json()["data"]
+                out["throughput"]["reconciles"] = acct["balance_micros"] == sum(e["amount_micros"] for e in entries)
         usage = httpx.get(
             base + "/admin/usage/totals", params={"by": "model"}, headers={"Authorization": f"Bearer {MASTER}"}
         ).json()
         return {
+            **out,
             "scenario": name,
             "ok": len(result.latencies),
             "non_2xx": result.non_2xx,
@@ -138,13 +177,16 @@ def main() -> int:
     p.add_argument("--rps", type=float, default=200)
     p.add_argument("--duration", type=float, default=10)
     p.add_argument("--warmup", type=float, default=2)
+    p.add_argument("--throughput", type=int, default=0, help="seconds of wrk -c50 per scenario (0: none)")
     args = p.parse_args()
     up_port = free_port()
+    load = core_bench.Pinning(True)
     upstream = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "upstream.py"), "--port", str(up_port)],
+        [*load.prefix(load.load), sys.executable, str(Path(__file__).parent / "upstream.py"), "--port", str(up_port)],
         stdout=subprocess.DEVNULL,
     )
     rows: list[dict[str, Any]] = []
+    load.pin_self()
     try:
         wait_http(f"http://127.0.0.1:{up_port}/health", upstream)
         up = f"http://127.0.0.1:{up_port}/v1"
@@ -185,6 +227,12 @@ def main() -> int:
             f"{r['scenario']:<20} {r['ok']:>6} {r['non_2xx']:>6} {lat['p50_ms']:>8.2f} {lat['p90_ms']:>8.2f} "
             f"{lat['p99_ms']:>8.2f} {lat['p50_ms'] - base['p50_ms']:>+8.2f} {r['usage_rows']}"
         )
+    if args.throughput:
+        print(f"\n{'scenario':<20} {'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'non2xx':>7} reconciles")
+        for r in rows:
+            t = r["throughput"]
+            print(f"{r['scenario']:<20} {t['rps']:>15.0f} {t['cpu_us_per_req']:>11.0f} {t['non_2xx']:>7} "
+                  f"{t.get('reconciles', '-')}")  # fmt: skip
     print(json.dumps({"rps": args.rps, "duration_s": args.duration, "rows": rows}))
     return 0
 

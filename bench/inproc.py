@@ -109,6 +109,7 @@ async def _main(args: argparse.Namespace, config_path: Path) -> None:
 
     if args.no_upstream:
         import orjson
+
         from inferplex.providers import http
 
         canned = orjson.dumps({
@@ -181,7 +182,8 @@ def main() -> None:
             config = Path(tmp) / "bench.yaml"
             config.write_text(
                 f"server: {{master_key: env:BENCH_KEY, log_level: warning, data_dir: {tmp}/data}}\n"
-                f"providers:\n  - {{name: fake, kind: openai, base_url: 'http://127.0.0.1:{port}/v1', api_key: env:BENCH_KEY}}\n"
+                "providers:\n  - {name: fake, kind: openai, api_key: env:BENCH_KEY, "
+                f"base_url: 'http://127.0.0.1:{port}/v1'}}\n"
                 "models:\n  - {name: bench-model, deployments: [{provider: fake, model: upstream-model}], "
                 "pricing: {free: true}}\n"
             )

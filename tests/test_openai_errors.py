@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import socket
 import time
 
 import httpx
@@ -224,6 +226,24 @@ def test_client_disconnect_cancels_upstream_within_a_second(gateway: GatewayServ
         time.sleep(0.01)
     assert len(fake_openai.state.disconnects) > before, "upstream stream was never cancelled"
     assert fake_openai.state.disconnects[-1] - left_at < 1.0
+
+
+def test_caller_leaving_before_its_body_arrives_is_not_an_error(
+    gateway: GatewayServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {gateway.master_key}\r\nContent-Length: 200\r\n\r\n"
+    )
+    with caplog.at_level(logging.DEBUG, logger="inferplex"):
+        with socket.create_connection(("127.0.0.1", gateway.port)) as sock:
+            sock.sendall(head.encode() + b'{"model": "gpt-4o-mi')  # 20 of the 200 bytes announced
+            time.sleep(0.2)
+        time.sleep(0.3)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("before sending the whole body" in r.getMessage() for r in caplog.records)
+    r = httpx.post(gateway.base_url + "/chat/completions", headers=gateway.auth, json={"model": "gpt-4o-mini"})
+    assert r.status_code == 400  # the gateway is unharmed: the next caller gets a normal answer
 
 
 def test_unexpected_exception_is_a_clean_500(

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     handler = _HANDLERS[(args.command, getattr(args, "action", None))]
 
     async def main() -> int:
-        db = Database(database_url(config))
+        db = Database(database_url(config), config.storage.pool_size)
         try:
             await db.migrate()
             return await handler(db, args)

@@ -102,6 +102,9 @@ def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, d
             return await handler(request, ctx)
         except GatewayError as err:
             return render_error(err, ctx)
+        except ClientDisconnect:  # gone before its body arrived: nothing was reserved, nobody to answer
+            log.debug("caller left before sending the whole body (request id %s)", ctx.request_id)
+            return Response(status_code=499)
         except Exception:
             log.exception("unexpected error in %s (request id %s)", request.url.path, ctx.request_id)
             internal = InternalError(f"The gateway hit an unexpected error (request id {ctx.request_id}).")

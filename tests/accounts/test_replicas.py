@@ -19,6 +19,7 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import free_port
 
 MASTER = "ipx-replica-test-master"
+POOL = 3
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def replicas(fake_openai: FakeOpenAI, pg_url: str, tmp_path_factory: pytest.Temp
         fake_openai,
         tmp,
         pg_url,
-        storage={"redis_url": REDIS_URL, "redis_prefix": prefix},
+        storage={"redis_url": REDIS_URL, "redis_prefix": prefix, "pool_size": POOL},
         accounts={"max_queue_wait_s": 20},
     )
     config["server"]["master_key"] = "env:INFERPLEX_TEST_MASTER"
@@ -112,6 +113,41 @@ def test_a_concurrency_limit_holds_across_both_replicas(replicas: list[str], fak
     balance = admin.account(created["account_id"])["balance_micros"]
     assert balance == 100_000 - 8 * 6 == sum(e["amount_micros"] for e in admin.ledger(created["account_id"]))
     admin.close()
+
+
+def test_under_a_burst_each_replica_keeps_to_its_connection_pool(replicas: list[str], pg_url: str) -> None:
+    """No connection is opened beyond `storage.pool_size` per replica: requests wait for a pooled one."""
+    import asyncpg
+
+    admin = Admin(replicas[0], MASTER)
+    key = admin.create_key(credits_micros=10**9)["key"]
+    admin.close()
+    database = pg_url.rsplit("/", 1)[1]
+
+    async def run() -> tuple[list[int], int]:
+        conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:5432/{database}")
+        seen = 0
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            nonlocal seen
+            while not stop.is_set():
+                query = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()"
+                seen = max(seen, await conn.fetchval(query, database))
+                await asyncio.sleep(0.002)
+
+        watcher = asyncio.create_task(watch())
+        async with httpx.AsyncClient(timeout=60) as client:
+            calls = [_post(client, replicas[i % 2], key, "priced") for i in range(120)]
+            statuses = [r.status_code for r in await asyncio.gather(*calls)]  # type: ignore[attr-defined]
+        stop.set()
+        await watcher
+        await conn.close()
+        return statuses, seen
+
+    statuses, seen = asyncio.run(run())
+    assert statuses == [200] * 120
+    assert 2 <= seen <= 2 * POOL
 
 
 def test_both_replicas_share_keys_and_see_a_revocation_at_once(replicas: list[str]) -> None:

@@ -47,7 +47,7 @@ class AccountServices:
 
     @classmethod
     async def start(cls, config: Config, master_key: str) -> AccountServices:
-        db = Database(database_url(config))
+        db = Database(database_url(config), config.storage.pool_size)
         await db.migrate()
         keys, ledger, usage = KeyStore(db), Ledger(db), UsageStore(db)
         usage_log = UsageLog(usage)

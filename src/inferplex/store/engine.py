@@ -46,7 +46,7 @@ def _sqlite_path(url: str) -> Path | None:
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool_size: int = 20) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         self._async: AsyncEngine | None = None
@@ -65,7 +65,9 @@ class Database:
             self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="inferplex-db-write")
             self._reader_threads = ThreadPoolExecutor(2, thread_name_prefix="inferplex-db-read")
         else:
-            self._async = create_async_engine(url, pool_size=10, max_overflow=20)
+            # No overflow: connections beyond the pool would be opened and closed per burst (TLS set-up
+            # included), the dominant cost under load (docs/benchmarks.md); waiting for one is cheaper.
+            self._async = create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_timeout=30)
             # Reads and single-statement writes need no BEGIN/COMMIT round trips.
             self._autocommit = self._async.execution_options(isolation_level="AUTOCOMMIT")
 
