@@ -9,7 +9,10 @@ Stores hand `read` / `write` a plain synchronous function of a SQLAlchemy `Conne
   wait on SQLite's own lock instead of failing a read-then-write. Reads run on their own threads (WAL lets
   them proceed beside a writer).
 - PostgreSQL (asyncpg): the same function runs through `AsyncConnection.run_sync`; atomicity comes from
-  single conditional statements (see store/ledger.py).
+  single conditional statements (see store/ledger.py). The statements every request runs (the key lookup,
+  the reservation, the settlement) go through `fetchrow` instead: compiled once by SQLAlchemy, executed by
+  asyncpg on a pool of its own. SQLAlchemy's async layer (a greenlet hop, execution context and events
+  per statement) cost several times what asyncpg itself does (docs/benchmarks.md).
 
 Migrations run through Alembic with a programmatic config (no alembic.ini): under a PostgreSQL advisory
 lock, or an exclusive file lock beside the SQLite file, so replicas starting together upgrade once.
@@ -19,21 +22,26 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import asyncpg
+import orjson
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
+from sqlalchemy.sql import ClauseElement
 
 T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
 _ADVISORY_LOCK = 0x1F3A_C0DE  # any fixed 64-bit number, the same in every replica
+ADMIN_POOL = 4  # SQLAlchemy's connections per replica on PostgreSQL, beside `pool_size` for requests
 
 
 def default_url(data_dir: str) -> str:
@@ -45,10 +53,33 @@ def _sqlite_path(url: str) -> Path | None:
     return Path(database) if database and database != ":memory:" else None
 
 
+@dataclass(frozen=True, slots=True)
+class DriverStatement:
+    """A statement compiled for the driver: its SQL and the order of its named parameters."""
+
+    sql: str
+    names: tuple[str, ...]
+
+
+async def _json_codecs(conn: asyncpg.Connection) -> None:
+    for name in ("json", "jsonb"):
+        await conn.set_type_codec(
+            name, encoder=lambda v: orjson.dumps(v).decode(), decoder=orjson.loads, schema="pg_catalog"
+        )
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """On release: nothing to reset. The pool runs single statements that leave no session state (no SET,
+    LISTEN or advisory lock), and asyncpg's default reset is one more round trip per statement."""
+
+
 class Database:
     def __init__(self, url: str, pool_size: int = 20) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
+        self.pool_size = pool_size
+        self._driver_pool: asyncpg.Pool | None = None
+        self._driver_lock = asyncio.Lock()
         self._async: AsyncEngine | None = None
         self._sync: Engine | None = None
         self._reader: Engine | None = None
@@ -67,7 +98,8 @@ class Database:
         else:
             # No overflow: connections beyond the pool would be opened and closed per burst (TLS set-up
             # included), the dominant cost under load (docs/benchmarks.md); waiting for one is cheaper.
-            self._async = create_async_engine(url, pool_size=pool_size, max_overflow=0, pool_timeout=30)
+            # Admin reads, usage batches and migrations only: requests use the driver pool (`fetchrow`).
+            self._async = create_async_engine(url, pool_size=ADMIN_POOL, max_overflow=0, pool_timeout=30)
             # Reads and single-statement writes need no BEGIN/COMMIT round trips.
             self._autocommit = self._async.execution_options(isolation_level="AUTOCOMMIT")
 
@@ -76,6 +108,25 @@ class Database:
         engine = self._sync if self._async is None else self._async.sync_engine
         assert engine is not None
         return engine.dialect
+
+    def driver_statement(self, statement: ClauseElement) -> DriverStatement:
+        compiled = statement.compile(dialect=self.dialect)
+        return DriverStatement(compiled.string, tuple(getattr(compiled, "positiontup", None) or ()))
+
+    async def fetchrow(self, statement: DriverStatement, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """PostgreSQL only: run one statement on asyncpg directly and return its first row."""
+        pool = self._driver_pool or await self._open_driver_pool()
+        row: Mapping[str, Any] | None = await pool.fetchrow(statement.sql, *(params[n] for n in statement.names))
+        return row
+
+    async def _open_driver_pool(self) -> asyncpg.Pool:
+        async with self._driver_lock:
+            if self._driver_pool is None:
+                dsn = make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+                self._driver_pool = await asyncpg.create_pool(
+                    dsn, min_size=1, max_size=self.pool_size, init=_json_codecs, reset=_keep_session
+                )
+            return self._driver_pool
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` in one transaction, committed if it returns, rolled back if it raises."""
@@ -139,6 +190,8 @@ class Database:
 
     async def aclose(self) -> None:
         if self._async is not None:
+            if self._driver_pool is not None:
+                await self._driver_pool.close()
             await self._async.dispose()
             return
         assert self._sync is not None and self._reader is not None

@@ -78,12 +78,18 @@ _BY_ID = _key_with_account(t.api_keys.c.id == bindparam("v"))
 
 
 def _record(row: Any) -> KeyRecord:
-    return KeyRecord(**{c: row._mapping[c] for c in _COLUMNS})
+    return _from_mapping(row._mapping)
+
+
+def _from_mapping(m: Any) -> KeyRecord:
+    return KeyRecord(**{c: m[c] for c in _COLUMNS})
 
 
 class KeyStore:
     def __init__(self, db: Database) -> None:
         self.db = db
+        # PostgreSQL: the per-request lookups run on the driver directly (store/engine.py).
+        self._driver = {} if db.is_sqlite else {q: db.driver_statement(q) for q in (_BY_HASH, _BY_ID)}
 
     async def create(self, record: KeyRecord) -> None:
         values = {c: getattr(record, c) for c in _COLUMNS}
@@ -97,11 +103,16 @@ class KeyStore:
         return await self._with_account(_BY_ID, key_id)
 
     async def _with_account(self, query: Any, value: str) -> tuple[KeyRecord, AccountLimits] | None:
-        row = await self.db.read(lambda conn: conn.execute(query, {"v": value}).first())
-        if row is None:
+        driver = self._driver.get(query)
+        m: Any
+        if driver is not None:
+            m = await self.db.fetchrow(driver, {"v": value})
+        else:
+            row = await self.db.read(lambda conn: conn.execute(query, {"v": value}).first())
+            m = None if row is None else row._mapping
+        if m is None:
             return None
-        m = row._mapping
-        return _record(row), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])
+        return _from_mapping(m), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])
 
     async def get(self, key_id: str) -> KeyRecord | None:
         query = select(t.api_keys).where(t.api_keys.c.id == key_id)

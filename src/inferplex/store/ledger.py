@@ -105,6 +105,7 @@ def _entry(
 class Ledger:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._pg_move_sql = None if db.is_sqlite else db.driver_statement(_PG_MOVE)
 
     async def create_account(
         self, name: str, *, rpm: int | None = None, tpm: int | None = None, max_concurrent: int | None = None
@@ -199,8 +200,9 @@ class Ledger:
             "ts": time.time(),
             "conditional": conditional,
         }
-        row = await self.db.single(lambda conn: conn.execute(_PG_MOVE, params).first())
-        return None if row is None else int(row[0])
+        assert self._pg_move_sql is not None
+        row = await self.db.fetchrow(self._pg_move_sql, params)
+        return None if row is None else int(row["balance_micros"])
 
     async def entries(self, account_id: str, limit: int = 1000) -> list[dict[str, Any]]:
         query = select(t.ledger).where(t.ledger.c.account_id == account_id).order_by(t.ledger.c.id.desc()).limit(limit)
