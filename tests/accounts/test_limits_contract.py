@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from inferplex.limits import LimitStore, LimitsUnavailable, Rate
+from inferplex.limits import Hold, LimitStore, LimitsUnavailable, Rate
 from inferplex.limits.memory import MemoryLimits
 from inferplex.limits.redis import RedisLimits
 from inferplex.limits.slots import FairSlots
@@ -71,6 +71,25 @@ async def test_concurrency_slots(store: LimitStore) -> None:
     assert await store.try_acquire("c", 3, "new") and not await store.try_acquire("c", 3, "newer")
 
 
+async def test_admit_takes_the_rates_then_the_free_slots_in_one_call(store: LimitStore) -> None:
+    rpm = [Rate("k:rpm", 1, 2, 60)]
+    assert await store.admit(rpm, [Hold("a", 1, "r1"), Hold("b", 2, "r1")]) == (0.0, -1, (True, True))
+    assert await store.admit(rpm, [Hold("a", 1, "r2"), Hold("b", 2, "r2")]) == (0.0, -1, (False, True))
+    wait, worst, taken = await store.admit(rpm, [Hold("b", 2, "r3")])  # third request: the rpm refuses
+    assert wait > 0 and worst == 0 and taken == (False,)
+    assert (await store.in_use("a"), await store.in_use("b")) == (1, 2)  # the refused request took no slot
+    assert await store.admit([], []) == (0.0, -1, ())
+
+
+async def test_finish_charges_tokens_and_gives_slots_back_in_one_call(store: LimitStore) -> None:
+    await store.admit([], [Hold("a", 2, "r1"), Hold("b", 2, "r1")])
+    await store.finish([Rate("k:tpm", 100, 100, 60), Rate("skip:tpm", 0, 100, 60)], [("a", "r1"), ("b", "r1")])
+    assert (await store.in_use("a"), await store.in_use("b")) == (0, 0)
+    assert (await store.take([Rate("k:tpm", 1, 100, 60)]))[0] > 0  # the 100 tokens filled the bucket
+    assert await store.take([Rate("skip:tpm", 100, 100, 60)]) == (0.0, -1)  # a zero charge is no charge
+    await store.finish([], [("a", "r1")])  # releasing again changes nothing
+
+
 async def test_fair_slots_serve_waiters_in_arrival_order_and_time_out(store: LimitStore) -> None:
     slots = FairSlots(store, poll_s=0.01)
     assert await slots.acquire("q", 1, "first", 1.0) == 0.0
@@ -97,12 +116,16 @@ async def test_redis_outage_follows_the_policy_without_hanging(fail_open: bool) 
         if fail_open:
             assert await store.take(rate("k", 1, 1)) == (0.0, -1)
             assert await store.try_acquire("c", 1, "h")
+            assert await store.admit(rate("k", 1, 1), [Hold("c", 1, "h")]) == (0.0, -1, (True,))
         else:
             with pytest.raises(LimitsUnavailable):
                 await store.take(rate("k", 1, 1))
             with pytest.raises(LimitsUnavailable):
                 await store.try_acquire("c", 1, "h")
+            with pytest.raises(LimitsUnavailable):
+                await store.admit(rate("k", 1, 1), [Hold("c", 1, "h")])
         await store.release("c", "h")  # never raises
+        await store.finish(rate("k", 1, 1), [("c", "h")])
     finally:
         await store.aclose()
     assert time.monotonic() - start < 5  # a hang would be minutes: this only guards against that

@@ -29,7 +29,7 @@ from inferplex.accounts.pricing import (
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import AccountsConfig, ModelConfig, Pricing
 from inferplex.errors import GatewayError, PermissionDenied, RateLimited, Unavailable
-from inferplex.limits import LimitStore, LimitsUnavailable, Rate
+from inferplex.limits import Hold, LimitStore, LimitsUnavailable, Rate
 from inferplex.limits.slots import FairSlots
 from inferplex.pipeline import Admission, Context
 from inferplex.routing.pricing import price_for
@@ -95,10 +95,7 @@ class AccountGuard:
             scopes.append((f"acct:{p.account_id}", limits.account))
         held: list[_Held] = []
         try:
-            await self._rates(scopes, prompt)
-            for name, lim in scopes:
-                if lim.max_concurrent:
-                    await self._slot(ctx, name + ":conc", lim.max_concurrent, held)
+            await self._limits(ctx, scopes, prompt, held)
             reserved = await self._reserve(ctx, model, request, prompt)
         except GatewayError as err:
             await self._release(held)
@@ -111,7 +108,9 @@ class AccountGuard:
             ) from None
         return _Admission(self, model, request, reserved, held, scopes)
 
-    async def _rates(self, scopes: list[tuple[str, Limits]], prompt: int) -> None:
+    async def _limits(self, ctx: Context, scopes: list[tuple[str, Limits]], prompt: int, held: list[_Held]) -> None:
+        """Rate buckets, then concurrency slots: one store round trip when the slots are free, and a fair
+        wait (FairSlots) only for a slot that is not, or that others on this replica already queue for."""
         rates: list[Rate] = []
         what: list[str] = []
         for name, lim in scopes:
@@ -120,11 +119,18 @@ class AccountGuard:
                     rates.append(Rate(f"{name}:{suffix}", amount, limit, WINDOW_S))
                     unit = "requests" if suffix == "rpm" else "tokens"
                     what.append(f"{name.split(':')[0]}: {limit} {unit} per minute")
-        if not rates:
-            return
-        wait, worst = await self.limits.take(rates)
-        if wait > 0:
-            raise RateLimited(f"Rate limit reached for {what[worst]}. Try again in {wait:.1f}s.", retry_after=wait)
+        slots = [(name + ":conc", lim.max_concurrent) for name, lim in scopes if lim.max_concurrent]
+        eager = [Hold(key, limit, ctx.request_id) for key, limit in slots if not self.slots.queued(key)]
+        taken: tuple[bool, ...] = ()
+        if rates or eager:
+            wait, worst, taken = await self.limits.admit(rates, eager)
+            if wait > 0:
+                raise RateLimited(f"Rate limit reached for {what[worst]}. Try again in {wait:.1f}s.", retry_after=wait)
+        got = {h.key for h, ok in zip(eager, taken, strict=True) if ok}
+        held += [_Held(key, ctx.request_id) for key in got]
+        for key, limit in slots:
+            if key not in got:
+                await self._slot(ctx, key, limit, held)
 
     async def _slot(self, ctx: Context, key: str, limit: int, held: list[_Held]) -> None:
         waited = await self.slots.acquire(key, limit, ctx.request_id, self.config.max_queue_wait_s)
@@ -249,14 +255,17 @@ class _Admission:
         try:
             if p.account_id is not None and (self.reserved or cost):
                 await g.ledger.settle(p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id)
-            if tokens.completion:
-                await g.limits.charge(
-                    [Rate(f"{name}:tpm", tokens.completion, lim.tpm, WINDOW_S) for name, lim in self.scopes if lim.tpm]
-                )
         except Exception:
             log.exception("settlement failed for request %s", ctx.request_id)
         finally:
-            await g._release(self.held)
+            # Output tokens charged and slots given back in one round trip.
+            charges = [Rate(f"{n}:tpm", tokens.completion, lim.tpm, WINDOW_S) for n, lim in self.scopes if lim.tpm]
+            try:
+                await g.limits.finish(charges if tokens.completion else [], [(h.key, h.holder) for h in self.held])
+            except Exception:
+                log.exception("could not give back the limits of request %s", ctx.request_id)
+            for h in self.held:
+                g.slots.released(h.key)
             g._log(ctx, self.model, self.request, status, tokens, cost)
 
 

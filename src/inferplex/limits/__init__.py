@@ -20,6 +20,14 @@ class Rate(NamedTuple):
     window_s: float
 
 
+class Hold(NamedTuple):
+    """One of `limit` concurrency slots under `key`, wanted by `holder`."""
+
+    key: str
+    limit: int
+    holder: str
+
+
 class LimitsUnavailable(Exception):
     """The shared limit store cannot be reached and the configured policy is to fail closed."""
 
@@ -40,6 +48,15 @@ class LimitStore(Protocol):
         ...
 
     async def release(self, key: str, holder: str) -> None: ...
+
+    async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
+        """`take(rates)` and, only if it admitted, `try_acquire` each hold: one round trip for what a request
+        needs before its call. Returns take's answer and which holds were taken (none when refused)."""
+        ...
+
+    async def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> None:
+        """`charge(charges)` and `release` each (key, holder): one round trip for what a request gives back."""
+        ...
 
     async def in_use(self, key: str) -> int: ...
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from inferplex.limits import Rate
+from inferplex.limits import Hold, Rate
 
 
 class MemoryLimits:
@@ -49,6 +49,17 @@ class MemoryLimits:
             holders.discard(holder)
             if not holders:
                 del self._holders[key]
+
+    async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
+        wait, worst = self._apply(rates, force=False)
+        if wait > 0:
+            return wait, worst, tuple(False for _ in holds)
+        return wait, worst, tuple([await self.try_acquire(h.key, h.limit, h.holder) for h in holds])
+
+    async def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> None:
+        await self.charge(charges)
+        for key, holder in releases:
+            await self.release(key, holder)
 
     async def in_use(self, key: str) -> int:
         return len(self._holders.get(key, ()))

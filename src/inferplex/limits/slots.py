@@ -59,8 +59,16 @@ class FairSlots:
             elif was_head:
                 queue[0].event.set()
 
+    def queued(self, key: str) -> bool:
+        """Whether requests on this replica wait for `key`: a newcomer must then queue behind them."""
+        return bool(self._queues.get(key))
+
     async def release(self, key: str, holder: str) -> None:
         await self.store.release(key, holder)
+        self.released(key)
+
+    def released(self, key: str) -> None:
+        """A slot of `key` was given back (by `release` or the store directly): wake the head waiter."""
         queue = self._queues.get(key)
         if queue:
             queue[0].event.set()
