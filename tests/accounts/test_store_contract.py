@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import Connection
 
 from inferplex.accounts.keys import key_digest
+from inferplex.store import tables as t
 from inferplex.store.engine import Database
 from inferplex.store.keys import KeyRecord, KeyStore
 from inferplex.store.ledger import Ledger
@@ -156,3 +158,24 @@ async def test_usage_rows_filters_and_totals(db: Database) -> None:
     assert by_key == {"k1": 2, "k2": 1}
     days = await store.totals("day", UsageFilter())
     assert sum(d["requests"] for d in days) == 3 and all(len(d["group"]) == 10 for d in days)
+
+
+async def test_concurrent_writes_commit_each_one_whole_or_not_at_all(db: Database) -> None:
+    """SQLite commits concurrent writes as a group: one that fails must still leave nothing behind, and the
+    others must all be written (each caller hears of its own result)."""
+
+    def account(i: int, fail: bool = False) -> Callable[[Connection], int]:
+        def run(conn: Connection) -> int:
+            conn.execute(t.accounts.insert().values(id=f"gc{i}", name="g", balance_micros=i, created_at=time.time()))
+            if fail:
+                raise RuntimeError("this write fails after its insert")
+            return i
+
+        return run
+
+    writes = [db.write(account(i, fail=i == 7)) for i in range(30)]
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert isinstance(results[7], RuntimeError)
+    assert [r for i, r in enumerate(results) if i != 7] == [i for i in range(30) if i != 7]
+    rows = await db.read(lambda conn: conn.execute(text("SELECT id FROM accounts WHERE id LIKE 'gc%'")).all())
+    assert {r[0] for r in rows} == {f"gc{i}" for i in range(30) if i != 7}

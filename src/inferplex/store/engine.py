@@ -3,11 +3,12 @@
 Stores hand `read` / `write` a plain synchronous function of a SQLAlchemy `Connection`:
 
 - SQLite (the default, a file under the data directory): the function runs on a single writer thread with
-  the standard `sqlite3` driver, inside BEGIN IMMEDIATE. One thread means writes are serialized inside the
-  process with no lock, one thread hop per *transaction* (aiosqlite hops once per statement, which made a
-  reservation cost four wake-ups of the event loop); BEGIN IMMEDIATE makes other processes sharing the file
-  wait on SQLite's own lock instead of failing a read-then-write. Reads run on their own threads (WAL lets
-  them proceed beside a writer).
+  the standard `sqlite3` driver, inside BEGIN IMMEDIATE, with the writes queued meanwhile sharing one
+  commit (store/group_commit.py). One thread means writes are serialized inside the process with no lock,
+  one thread hop per *transaction* (aiosqlite hops once per statement, which made a reservation cost four
+  wake-ups of the event loop); BEGIN IMMEDIATE makes other processes sharing the file wait on SQLite's own
+  lock instead of failing a read-then-write. Reads run on their own threads (WAL lets them proceed beside
+  a writer).
 - PostgreSQL (asyncpg): the same function runs through `AsyncConnection.run_sync`; atomicity comes from
   single conditional statements (see store/ledger.py). The statements every request runs (the key lookup,
   the reservation, the settlement) go through `fetchrow` instead: compiled once by SQLAlchemy, executed by
@@ -37,6 +38,8 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import ClauseElement
+
+from inferplex.store.group_commit import GroupCommitWriter
 
 T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -94,6 +97,7 @@ class Database:
             self._reader = create_engine(sync_url, **kw)
             _sqlite_pragmas(self._reader, immediate=False)
             self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="inferplex-db-write")
+            self._writer = GroupCommitWriter(self._sync, self._writer_thread)
             self._reader_threads = ThreadPoolExecutor(2, thread_name_prefix="inferplex-db-read")
         else:
             # No overflow: connections beyond the pool would be opened and closed per burst (TLS set-up
@@ -133,8 +137,7 @@ class Database:
         if self._async is not None:
             async with self._async.begin() as conn:
                 return await conn.run_sync(fn)
-        assert self._sync is not None
-        return await self._on(self._writer_thread, self._sync, fn, transaction=True)
+        return await self._writer.write(fn)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` for reads only (on PostgreSQL without a transaction: each statement sees committed data)."""
@@ -146,14 +149,11 @@ class Database:
             async with self._autocommit.connect() as conn:
                 return await conn.run_sync(fn)
         assert self._reader is not None
-        return await self._on(self._reader_threads, self._reader, fn, transaction=False)
+        return await self._on(self._reader_threads, self._reader, fn)
 
     @staticmethod
-    async def _on(pool: ThreadPoolExecutor, engine: Engine, fn: Callable[[Connection], T], *, transaction: bool) -> T:
+    async def _on(pool: ThreadPoolExecutor, engine: Engine, fn: Callable[[Connection], T]) -> T:
         def run() -> T:
-            if transaction:
-                with engine.begin() as conn:
-                    return fn(conn)
             with engine.connect() as conn:
                 return fn(conn)
 
