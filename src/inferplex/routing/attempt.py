@@ -123,7 +123,8 @@ class WatchedStream:
     async def __anext__(self) -> Chunk:
         if self._done:
             raise StopAsyncIteration
-        self._task = asyncio.current_task()
+        if self._task is None:  # the request's task consumes the whole stream: look it up once
+            self._task = asyncio.current_task()
         self._waiting_since = time.monotonic()
         if self._timer is None:
             self._watch()
