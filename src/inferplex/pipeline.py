@@ -75,6 +75,10 @@ class Context:
     output_chars: int = 0
     cost_micros: int | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
+    # Kept for the usage log's response body when the request asks for it: the buffered answer, or the
+    # chunks of a streamed one (the guard sets `streamed` to a list at admission to start collecting).
+    response: Chunk | None = None
+    streamed: list[Chunk] | None = None
     # Request-level options that steer gateway stages, not the model (tags, log flags, routing prefs, ...).
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -207,6 +211,8 @@ class ChatStream:
         self.ctx.timings.mark_upstream_end()
 
     def _observe(self, chunk: Chunk) -> Chunk:
+        if self.ctx.streamed is not None:
+            self.ctx.streamed.append(chunk)
         usage = chunk.get("usage")
         if usage:
             self.ctx.usage = usage
@@ -322,6 +328,7 @@ class Pipeline:
         ctx.timings.mark_upstream_end()
         ctx.usage = response.get("usage")
         if run is None:
+            ctx.response = response
             await admission.settle(ctx, ctx.usage, failed=False)
             return response
 
@@ -335,7 +342,8 @@ class Pipeline:
             return answer
 
         try:
-            return await run.post(ctx, response, again)
+            ctx.response = await run.post(ctx, response, again)
+            return ctx.response
         finally:
             await admission.settle(ctx, ctx.usage, failed=False)
 
@@ -382,5 +390,6 @@ class Pipeline:
             raise
         ctx.timings.mark_upstream_end()
         ctx.usage = response.get("usage")
+        ctx.response = response
         await admission.settle(ctx, ctx.usage, failed=False)
         return response

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -210,6 +211,7 @@ def test_usage_log_rows_and_bodies_on_request(server: GatewayServer, admin: Admi
     assert (row["model"], row["provider"], row["status"], row["end_user"]) == ("priced", "fake", 200, "end-user-7")
     assert (row["prompt_tokens"], row["completion_tokens"], row["cost_micros"]) == (3, 2, 6)
     assert row["tags"] == ["team-a"] and row["request_body"]["messages"][0]["content"] == "a b c"
+    assert row["response_body"] is None  # not asked for
     plain = post(server, created["key"], body(max_tokens=2))
     assert admin.usage(key_id=created["id"])[0]["request_body"] is None and plain.status_code == 200
     totals = admin.client.get("/admin/usage/totals", params={"by": "tag", "key_id": created["id"]}).json()
@@ -223,3 +225,26 @@ def test_usage_log_rows_and_bodies_on_request(server: GatewayServer, admin: Admi
             "cost_micros": 12,
         }
     ]
+
+
+def test_the_usage_log_keeps_the_response_body_when_asked(server: GatewayServer, admin: Admin) -> None:
+    created = admin.create_key(credits_micros=10_000)
+    buffered = post(server, created["key"], body(text="one two three", log_response_body=True))
+    assert buffered.status_code == 200
+    answer = buffered.json()["choices"][0]["message"]["content"]
+    with httpx.stream(
+        "POST",
+        server.base_url + "/chat/completions",
+        json=body(text="four five", stream=True, log_response_body=True),
+        headers={"Authorization": f"Bearer {created['key']}"},
+        timeout=30,
+    ) as resp:
+        frames = [line[6:] for line in resp.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
+    streamed = "".join(json.loads(f)["choices"][0]["delta"].get("content") or "" for f in frames)
+    rows = {r["request_id"]: r for r in admin.usage(key_id=created["id"])}
+    logged = rows[buffered.headers["x-request-id"]]["response_body"]
+    assert logged["object"] == "chat.completion" and logged["choices"][0]["message"]["content"] == answer
+    assert logged["usage"]["completion_tokens"] == buffered.json()["usage"]["completion_tokens"]
+    logged = rows[resp.headers["x-request-id"]]["response_body"]
+    assert logged["choices"][0]["message"]["content"] == streamed == "echo: four five"
+    assert logged["choices"][0]["finish_reason"] == "stop" and logged["usage"]["completion_tokens"] == 3

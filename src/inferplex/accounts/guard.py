@@ -34,6 +34,7 @@ from inferplex.limits.slots import FairSlots
 from inferplex.pipeline import Admission, Context
 from inferplex.routing.pricing import price_for
 from inferplex.store.ledger import Ledger
+from inferplex.translate.openai_shapes import completion_from_chunks
 from inferplex.usage_log import UsageLog
 
 log = logging.getLogger("inferplex.accounts")
@@ -87,6 +88,8 @@ class AccountGuard:
 
     async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
         p = ctx.principal
+        if _option(ctx, request, "log_response_body", self.config.log_response_body):
+            ctx.streamed = []  # a streamed answer's chunks are kept for the usage log
         prompt = estimate_prompt_tokens(request)
         ctx.options["prompt_tokens_estimate"] = prompt
         limits = p.settings.get("limits", _NO_LIMITS)
@@ -203,7 +206,10 @@ class AccountGuard:
         if _option(ctx, request, "log_query_body", self.config.log_query_body):
             row["request_body"] = request.model_dump(mode="json", exclude_none=True)
         if _option(ctx, request, "log_response_body", self.config.log_response_body):
-            row["response_body"] = {"finish_reason": ctx.finish_reason, "usage": ctx.usage}
+            if ctx.response is not None:
+                row["response_body"] = ctx.response
+            elif ctx.streamed:
+                row["response_body"] = completion_from_chunks(ctx.streamed)
         self.usage.record(row)
 
     def run_shielded(self, work: Any) -> asyncio.Task[None]:

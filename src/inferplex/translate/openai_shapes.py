@@ -98,6 +98,45 @@ def completion_chunks(response: Chunk, carry: tuple[str, ...] = ()) -> list[Chun
     return out
 
 
+def completion_from_chunks(chunks: list[Chunk]) -> Chunk:
+    """The `chat.completion` a stream's chunks add up to (the inverse of `completion_chunks`): text and
+    reasoning concatenated, tool calls merged by their index, the last finish_reason and usage seen.
+    Used for the usage log's response body of a streamed answer."""
+    out: dict[str, Any] = {"id": "", "object": "chat.completion", "created": 0, "model": "", "choices": []}
+    by_index: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        for key in ("id", "created", "model", "system_fingerprint"):
+            if chunk.get(key) and not out.get(key):
+                out[key] = chunk[key]
+        if chunk.get("usage") is not None:
+            out["usage"] = chunk["usage"]
+        for c in chunk.get("choices") or ():
+            index = c.get("index", 0)
+            state = by_index.setdefault(index, {"text": [], "reasoning": [], "calls": {}, "finish": None})
+            delta = c.get("delta") or {}
+            if delta.get("content"):
+                state["text"].append(delta["content"])
+            if delta.get("reasoning_content"):
+                state["reasoning"].append(delta["reasoning_content"])
+            for call in delta.get("tool_calls") or ():
+                merged = state["calls"].setdefault(call.get("index", 0), {"function": {"arguments": ""}})
+                for key in ("id", "type"):
+                    if call.get(key):
+                        merged[key] = call[key]
+                function = call.get("function") or {}
+                if function.get("name"):
+                    merged["function"]["name"] = function["name"]
+                merged["function"]["arguments"] += function.get("arguments") or ""
+            if c.get("finish_reason"):
+                state["finish"] = c["finish_reason"]
+    for index in sorted(by_index):
+        state = by_index[index]
+        calls = [state["calls"][n] for n in sorted(state["calls"])]
+        message = assistant_message("".join(state["text"]), calls, "".join(state["reasoning"]))
+        out["choices"].append(choice(message, state["finish"] or "stop", index))
+    return out
+
+
 async def aiter_chunks(chunks: list[Chunk]) -> AsyncIterator[Chunk]:
     for chunk in chunks:
         yield chunk
