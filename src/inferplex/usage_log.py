@@ -43,7 +43,10 @@ class UsageLog:
 
     async def _run(self) -> None:
         while True:
-            self._pending.append(await self._queue.get())
+            row = await self._queue.get()
+            # Only now look up the list: a flush while we waited replaced it, and appending to the list it
+            # took (`self._pending.append(await ...)` binds it first) would lose the row.
+            self._pending.append(row)
             await asyncio.sleep(self.interval_s)  # let a batch gather
             # shielded: a shutdown cancelling this task never interrupts a write; aclose then waits for it.
             await asyncio.shield(self.flush())

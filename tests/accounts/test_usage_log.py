@@ -60,3 +60,26 @@ async def test_a_failed_write_is_retried_and_batches_gather() -> None:
     await log.aclose()
     assert [r["request_id"] for r in sink.rows] == [str(i) for i in range(10)]
     assert sink.calls == 2  # one batch, written on the second try
+
+
+class _ListSink:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    async def append(self, rows: list[dict[str, Any]]) -> None:
+        self.rows += rows
+
+
+async def test_a_row_queued_while_a_reader_flushes_is_not_lost() -> None:
+    """A reader's flush (the admin API flushes before it reads) must not strand the background writer's
+    next row in the batch the flush already took."""
+    sink = _ListSink()
+    log = UsageLog(sink, interval_s=0.01)
+    log.start()
+    await asyncio.sleep(0.01)  # the writer now waits for a row
+    await log.flush()  # a reader flushes: nothing queued yet
+    log.record({"request_id": "r1"})
+    await asyncio.sleep(0.05)  # the writer takes the row, waits its interval, writes
+    await log.flush()
+    await log.aclose()
+    assert [r["request_id"] for r in sink.rows] == ["r1"]
