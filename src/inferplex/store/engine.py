@@ -25,12 +25,10 @@ import asyncio
 import fcntl
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
-import orjson
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, make_url, text
@@ -39,6 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import ClauseElement
 
+from inferplex.store.driver import DriverStatement, compile_for, json_codecs, keep_session, row_of
 from inferplex.store.group_commit import GroupCommitWriter
 
 T = TypeVar("T")
@@ -54,26 +53,6 @@ def default_url(data_dir: str) -> str:
 def _sqlite_path(url: str) -> Path | None:
     database = make_url(url).database
     return Path(database) if database and database != ":memory:" else None
-
-
-@dataclass(frozen=True, slots=True)
-class DriverStatement:
-    """A statement compiled for the driver: its SQL and the order of its named parameters."""
-
-    sql: str
-    names: tuple[str, ...]
-
-
-async def _json_codecs(conn: asyncpg.Connection) -> None:
-    for name in ("json", "jsonb"):
-        await conn.set_type_codec(
-            name, encoder=lambda v: orjson.dumps(v).decode(), decoder=orjson.loads, schema="pg_catalog"
-        )
-
-
-async def _keep_session(conn: asyncpg.Connection) -> None:
-    """On release: nothing to reset. The pool runs single statements that leave no session state (no SET,
-    LISTEN or advisory lock), and asyncpg's default reset is one more round trip per statement."""
 
 
 class Database:
@@ -114,13 +93,17 @@ class Database:
         return engine.dialect
 
     def driver_statement(self, statement: ClauseElement) -> DriverStatement:
-        compiled = statement.compile(dialect=self.dialect)
-        return DriverStatement(compiled.string, tuple(getattr(compiled, "positiontup", None) or ()))
+        return compile_for(self.dialect, statement)
 
     async def fetchrow(self, statement: DriverStatement, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """PostgreSQL only: run one statement on asyncpg directly and return its first row."""
+        """Run one statement that needs no transaction around it on the driver; its first row, or None.
+
+        PostgreSQL: asyncpg on its own pool. SQLite: the sqlite3 handle of a reader thread's connection."""
+        if self._async is None:
+            assert self._reader is not None
+            return await self._on(self._reader_threads, self._reader, lambda conn: row_of(conn, statement, params))
         pool = self._driver_pool or await self._open_driver_pool()
-        row: Mapping[str, Any] | None = await pool.fetchrow(statement.sql, *(params[n] for n in statement.names))
+        row: Mapping[str, Any] | None = await pool.fetchrow(statement.sql, *statement.args(params))
         return row
 
     async def _open_driver_pool(self) -> asyncpg.Pool:
@@ -128,7 +111,7 @@ class Database:
             if self._driver_pool is None:
                 dsn = make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
                 self._driver_pool = await asyncpg.create_pool(
-                    dsn, min_size=1, max_size=self.pool_size, init=_json_codecs, reset=_keep_session
+                    dsn, min_size=1, max_size=self.pool_size, init=json_codecs, reset=keep_session
                 )
             return self._driver_pool
 

@@ -88,8 +88,8 @@ def _from_mapping(m: Any) -> KeyRecord:
 class KeyStore:
     def __init__(self, db: Database) -> None:
         self.db = db
-        # PostgreSQL: the per-request lookups run on the driver directly (store/engine.py).
-        self._driver = {} if db.is_sqlite else {q: db.driver_statement(q) for q in (_BY_HASH, _BY_ID)}
+        # The per-request lookups run on the driver directly (store/driver.py).
+        self._driver = {q: db.driver_statement(q) for q in (_BY_HASH, _BY_ID)}
 
     async def create(self, record: KeyRecord) -> None:
         values = {c: getattr(record, c) for c in _COLUMNS}
@@ -103,13 +103,7 @@ class KeyStore:
         return await self._with_account(_BY_ID, key_id)
 
     async def _with_account(self, query: Any, value: str) -> tuple[KeyRecord, AccountLimits] | None:
-        driver = self._driver.get(query)
-        m: Any
-        if driver is not None:
-            m = await self.db.fetchrow(driver, {"v": value})
-        else:
-            row = await self.db.read(lambda conn: conn.execute(query, {"v": value}).first())
-            m = None if row is None else row._mapping
+        m = await self.db.fetchrow(self._driver[query], {"v": value})
         if m is None:
             return None
         return _from_mapping(m), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])

@@ -17,6 +17,7 @@ from sqlalchemy import bindparam, func, insert, select, text, update
 from sqlalchemy.engine import Connection
 
 from inferplex.store import tables as t
+from inferplex.store.driver import row_of
 from inferplex.store.engine import Database
 
 
@@ -63,7 +64,9 @@ _PG_MOVE = text(
 )
 
 
-# Built once at import (statement construction is most of the CPU of a reservation on SQLite).
+# Built once at import (statement construction is most of the CPU of a reservation on SQLite), and run on the
+# driver (store/driver.py).
+_ENTRY_COLUMNS = ("account_id", "kind", "amount_micros", "request_id", "key_id", "note", "created_at")
 _TAKE = (
     update(t.accounts)
     .where(t.accounts.c.id == bindparam("account"), t.accounts.c.balance_micros >= bindparam("amount"))
@@ -76,36 +79,27 @@ _ADD = (
     .values(balance_micros=t.accounts.c.balance_micros + bindparam("amount"))
     .returning(t.accounts.c.balance_micros)
 )
-_ENTRY = insert(t.ledger)
-
-
-def _entry(
-    conn: Connection,
-    account_id: str,
-    kind: str,
-    amount: int,
-    request_id: str | None = None,
-    key_id: str | None = None,
-    note: str | None = None,
-) -> None:
-    conn.execute(
-        _ENTRY,
-        {
-            "account_id": account_id,
-            "kind": kind,
-            "amount_micros": amount,
-            "request_id": request_id,
-            "key_id": key_id,
-            "note": note,
-            "created_at": time.time(),
-        },
-    )
+_ENTRY = insert(t.ledger).values({c: bindparam(c) for c in _ENTRY_COLUMNS})
 
 
 class Ledger:
     def __init__(self, db: Database) -> None:
         self.db = db
         self._pg_move_sql = None if db.is_sqlite else db.driver_statement(_PG_MOVE)
+        self._take, self._add, self._entry_sql = (db.driver_statement(s) for s in (_TAKE, _ADD, _ENTRY))
+
+    def _entry(
+        self,
+        conn: Connection,
+        account_id: str,
+        kind: str,
+        amount: int,
+        request_id: str | None = None,
+        key_id: str | None = None,
+        note: str | None = None,
+    ) -> None:
+        values = (account_id, kind, amount, request_id, key_id, note, time.time())
+        row_of(conn, self._entry_sql, dict(zip(_ENTRY_COLUMNS, values, strict=True)))
 
     async def create_account(
         self, name: str, *, rpm: int | None = None, tpm: int | None = None, max_concurrent: int | None = None
@@ -144,11 +138,11 @@ class Ledger:
             return await self._pg_move(account_id, "reserve", -amount, request_id, key_id, None, conditional=True)
 
         def run(conn: Connection) -> int | None:
-            row = conn.execute(_TAKE, {"account": account_id, "amount": amount}).first()
+            row = row_of(conn, self._take, {"account": account_id, "amount": amount})
             if row is None:
                 return None
-            _entry(conn, account_id, "reserve", -amount, request_id, key_id)
-            return int(row[0])
+            self._entry(conn, account_id, "reserve", -amount, request_id, key_id)
+            return int(row["balance_micros"])
 
         return await self.db.write(run)
 
@@ -170,11 +164,11 @@ class Ledger:
             return balance
 
         def run(conn: Connection) -> int:
-            row = conn.execute(_ADD, {"account": account_id, "amount": amount}).first()
+            row = row_of(conn, self._add, {"account": account_id, "amount": amount})
             if row is None:
                 raise KeyError(account_id)
-            _entry(conn, account_id, kind, amount, request_id, key_id, note)
-            return int(row[0])
+            self._entry(conn, account_id, kind, amount, request_id, key_id, note)
+            return int(row["balance_micros"])
 
         return await self.db.write(run)
 
