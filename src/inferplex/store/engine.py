@@ -10,10 +10,12 @@ Stores hand `read` / `write` a plain synchronous function of a SQLAlchemy `Conne
   lock instead of failing a read-then-write. Reads run on their own threads (WAL lets them proceed beside
   a writer).
 - PostgreSQL (asyncpg): the same function runs through `AsyncConnection.run_sync`; atomicity comes from
-  single conditional statements (see store/ledger.py). The statements every request runs (the key lookup,
-  the reservation, the settlement) go through `fetchrow` instead: compiled once by SQLAlchemy, executed by
-  asyncpg on a pool of its own. SQLAlchemy's async layer (a greenlet hop, execution context and events
-  per statement) cost several times what asyncpg itself does (docs/benchmarks.md).
+  single conditional statements (see store/ledger.py).
+
+On both, the statements every keyed request runs (the key lookup, the reservation, the settlement) are
+compiled once by SQLAlchemy and run on the driver itself (store/driver.py): asyncpg on a pool of its own,
+or the sqlite3 handle of the thread's connection. SQLAlchemy's per-execution work (and on PostgreSQL its
+async greenlet layer) cost several times the query itself (docs/benchmarks.md).
 
 Migrations run through Alembic with a programmatic config (no alembic.ini): under a PostgreSQL advisory
 lock, or an exclusive file lock beside the SQLite file, so replicas starting together upgrade once.
