@@ -30,35 +30,41 @@ def rate(key: str, amount: int, limit: int) -> list[Rate]:
     return [Rate(key, amount, limit, 60)]
 
 
+async def take(store: LimitStore, rates: list[Rate]) -> tuple[float, int]:
+    """The rate part of `admit` (no slots): (0.0, -1) if admitted, else (seconds to wait, binding rate)."""
+    wait, worst, _ = await store.admit(rates, [])
+    return wait, worst
+
+
 async def test_a_rate_admits_exactly_its_limit_even_under_concurrency(store: LimitStore) -> None:
-    results = await asyncio.gather(*(store.take(rate("k:rpm", 1, 10)) for _ in range(50)))
+    results = await asyncio.gather(*(take(store, rate("k:rpm", 1, 10)) for _ in range(50)))
     waits = [w for w, _ in results]
     assert sum(w == 0 for w in waits) == 10
     assert all(0 < w <= 6.01 for w in waits if w)  # one slot comes back every 60/10 s
-    assert await store.take(rate("other:rpm", 1, 10)) == (0.0, -1)  # keys are independent
+    assert await take(store, rate("other:rpm", 1, 10)) == (0.0, -1)  # keys are independent
 
 
 async def test_token_amounts_and_charged_debt(store: LimitStore) -> None:
-    assert (await store.take(rate("k:tpm", 600, 1000)))[0] == 0
-    assert (await store.take(rate("k:tpm", 600, 1000)))[0] > 0  # 400 left: refused
-    assert (await store.take(rate("k:tpm", 400, 1000)))[0] == 0
-    await store.charge(rate("k2:tpm", 1500, 1000))  # output already produced: charged even past the limit
-    wait, _ = await store.take(rate("k2:tpm", 1, 1000))
+    assert (await take(store, rate("k:tpm", 600, 1000)))[0] == 0
+    assert (await take(store, rate("k:tpm", 600, 1000)))[0] > 0  # 400 left: refused
+    assert (await take(store, rate("k:tpm", 400, 1000)))[0] == 0
+    await store.finish(rate("k2:tpm", 1500, 1000), [])  # output already produced: charged even past the limit
+    wait, _ = await take(store, rate("k2:tpm", 1, 1000))
     assert 29 < wait <= 30.1  # 500 tokens of debt at 1000/min, plus one token
 
 
 async def test_a_request_larger_than_the_bucket_passes_only_when_it_is_full(store: LimitStore) -> None:
-    assert (await store.take(rate("k:tpm", 5000, 1000)))[0] == 0
-    assert (await store.take(rate("k:tpm", 1, 1000)))[0] > 0
+    assert (await take(store, rate("k:tpm", 5000, 1000)))[0] == 0
+    assert (await take(store, rate("k:tpm", 1, 1000)))[0] > 0
 
 
 async def test_several_rates_are_all_or_nothing_and_name_the_binding_one(store: LimitStore) -> None:
     both = [Rate("key:rpm", 1, 100, 60), Rate("acct:rpm", 1, 2, 60)]
-    assert (await store.take(both))[0] == 0 and (await store.take(both))[0] == 0
-    wait, worst = await store.take(both)
+    assert (await take(store, both))[0] == 0 and (await take(store, both))[0] == 0
+    wait, worst = await take(store, both)
     assert wait > 0 and worst == 1  # the account's limit binds
     # the refused request charged nothing to the key's bucket: 98 more fit in it
-    assert (await store.take([Rate("key:rpm", 98, 100, 60)]))[0] == 0
+    assert (await take(store, [Rate("key:rpm", 98, 100, 60)]))[0] == 0
 
 
 async def test_concurrency_slots(store: LimitStore) -> None:
@@ -85,8 +91,8 @@ async def test_finish_charges_tokens_and_gives_slots_back_in_one_call(store: Lim
     await store.admit([], [Hold("a", 2, "r1"), Hold("b", 2, "r1")])
     await store.finish([Rate("k:tpm", 100, 100, 60), Rate("skip:tpm", 0, 100, 60)], [("a", "r1"), ("b", "r1")])
     assert (await store.in_use("a"), await store.in_use("b")) == (0, 0)
-    assert (await store.take([Rate("k:tpm", 1, 100, 60)]))[0] > 0  # the 100 tokens filled the bucket
-    assert await store.take([Rate("skip:tpm", 100, 100, 60)]) == (0.0, -1)  # a zero charge is no charge
+    assert (await take(store, [Rate("k:tpm", 1, 100, 60)]))[0] > 0  # the 100 tokens filled the bucket
+    assert await take(store, [Rate("skip:tpm", 100, 100, 60)]) == (0.0, -1)  # a zero charge is no charge
     await store.finish([], [("a", "r1")])  # releasing again changes nothing
 
 
@@ -114,12 +120,12 @@ async def test_redis_outage_follows_the_policy_without_hanging(fail_open: bool) 
     start = time.monotonic()
     try:
         if fail_open:
-            assert await store.take(rate("k", 1, 1)) == (0.0, -1)
+            assert await take(store, rate("k", 1, 1)) == (0.0, -1)
             assert await store.try_acquire("c", 1, "h")
             assert await store.admit(rate("k", 1, 1), [Hold("c", 1, "h")]) == (0.0, -1, (True,))
         else:
             with pytest.raises(LimitsUnavailable):
-                await store.take(rate("k", 1, 1))
+                await take(store, rate("k", 1, 1))
             with pytest.raises(LimitsUnavailable):
                 await store.try_acquire("c", 1, "h")
             with pytest.raises(LimitsUnavailable):

@@ -33,16 +33,6 @@ class LimitsUnavailable(Exception):
 
 
 class LimitStore(Protocol):
-    async def take(self, rates: Sequence[Rate]) -> tuple[float, int]:
-        """All or nothing: `(0.0, -1)` if every rate admits its amount (all are then charged), else the seconds
-        until all would and the index of the rate that waits longest; then nothing is charged (a request refused
-        by its account's limit costs its key nothing)."""
-        ...
-
-    async def charge(self, rates: Sequence[Rate]) -> None:
-        """Charge unconditionally (the tokens were already used): may push buckets into debt."""
-        ...
-
     async def try_acquire(self, key: str, limit: int, holder: str) -> bool:
         """Take one of `limit` concurrency slots for `holder`, if one is free."""
         ...
@@ -50,12 +40,15 @@ class LimitStore(Protocol):
     async def release(self, key: str, holder: str) -> None: ...
 
     async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
-        """`take(rates)` and, only if it admitted, `try_acquire` each hold: one round trip for what a request
-        needs before its call. Returns take's answer and which holds were taken (none when refused)."""
+        """One round trip for what a request needs before its call. The rates are all or nothing: `(0.0, -1)`
+        if every one admits its amount (all are then charged), else the seconds until all would and the index
+        of the rate that waits longest, and nothing is charged (a request refused by its account's limit costs
+        its key nothing). Only when the rates admitted, `try_acquire` each hold; returned: which were taken."""
         ...
 
     async def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> None:
-        """`charge(charges)` and `release` each (key, holder): one round trip for what a request gives back."""
+        """One round trip for what a request gives back: `charges` charged unconditionally (the tokens were
+        already used: buckets may go into debt), then `release` each (key, holder)."""
         ...
 
     async def in_use(self, key: str) -> int: ...

@@ -30,12 +30,6 @@ class MemoryLimits:
         self._tat.update(updates)
         return 0.0, -1
 
-    async def take(self, rates: Sequence[Rate]) -> tuple[float, int]:
-        return self._apply(rates, force=False)
-
-    async def charge(self, rates: Sequence[Rate]) -> None:
-        self._apply([r for r in rates if r.amount > 0], force=True)
-
     async def try_acquire(self, key: str, limit: int, holder: str) -> bool:
         holders = self._holders.setdefault(key, set())
         if len(holders) >= limit:
@@ -57,7 +51,7 @@ class MemoryLimits:
         return wait, worst, tuple([await self.try_acquire(h.key, h.limit, h.holder) for h in holds])
 
     async def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> None:
-        await self.charge(charges)
+        self._apply([r for r in charges if r.amount > 0], force=True)
         for key, holder in releases:
             await self.release(key, holder)
 

@@ -68,17 +68,6 @@ local function acquire(key, limit, holder, lease)
 end
 """
 
-# KEYS: buckets; ARGV: amount, limit, window_s for each bucket, then force (1 = charge even if over)
-_BUCKETS = (
-    _NOW
-    + _RATES
-    + """
-local wait, worst = rates(#KEYS, 0, ARGV[#KEYS * 3 + 1] == '1')
-if wait > 0 then return tostring(wait) .. ' ' .. tostring(worst - 1) end
-return '0 -1'
-"""
-)
-
 # KEYS[1] holders zset; ARGV: limit, holder, lease_s
 _ACQUIRE = _NOW + _SLOT + "return acquire(KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]))"
 
@@ -143,7 +132,6 @@ class RedisLimits:
         self.redis: Any = aioredis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
         )
-        self._buckets = self.redis.register_script(_BUCKETS)
         self._acquire = self.redis.register_script(_ACQUIRE)
         self._count = self.redis.register_script(_COUNT)
         self._admit = self.redis.register_script(_ADMIT)
@@ -153,33 +141,6 @@ class RedisLimits:
         log.warning("redis limit store unavailable during %s: %s", what, exc)
         if not self.fail_open:
             raise LimitsUnavailable(str(exc)) from exc
-
-    def _args(self, rates: Sequence[Rate], force: bool) -> tuple[list[str], list[Any]]:
-        keys = [self.prefix + "rate:" + r.key for r in rates]
-        args: list[Any] = [x for r in rates for x in (r.amount, r.limit, r.window_s)]
-        return keys, [*args, 1 if force else 0]
-
-    async def take(self, rates: Sequence[Rate]) -> tuple[float, int]:
-        if not rates:
-            return 0.0, -1
-        keys, args = self._args(rates, False)
-        try:
-            out = await self._buckets(keys=keys, args=args)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._failed("take", exc)
-            return 0.0, -1
-        wait, worst = out.split()
-        return float(wait), int(worst)
-
-    async def charge(self, rates: Sequence[Rate]) -> None:
-        rates = [r for r in rates if r.amount > 0]
-        if not rates:
-            return
-        keys, args = self._args(rates, True)
-        try:
-            await self._buckets(keys=keys, args=args)
-        except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("redis limit store unavailable during charge: %s", exc)
 
     async def try_acquire(self, key: str, limit: int, holder: str) -> bool:
         try:
