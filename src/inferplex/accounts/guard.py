@@ -267,7 +267,7 @@ class _Admission:
             # Output tokens charged and slots given back in one round trip.
             charges = [Rate(f"{n}:tpm", tokens.completion, lim.tpm, WINDOW_S) for n, lim in self.scopes if lim.tpm]
             try:
-                await g.limits.finish(charges if tokens.completion else [], [(h.key, h.holder) for h in self.held])
+                await g.limits.finish(charges, [(h.key, h.holder) for h in self.held])  # zero charges are skipped
             except Exception:
                 log.exception("could not give back the limits of request %s", ctx.request_id)
             for h in self.held:
