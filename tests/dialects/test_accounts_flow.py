@@ -11,19 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.dialects.seed_examples import SEED_000_EXAMPLE
 from tests.gateway_server import GatewayServer
 
-ONEINFER_EXAMPLE = {
-    "provider": "openai",
-    "model": "gpt-4o-mini",
-    "messages": [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": "Tell me about AI."},
-    ],
-    "temperature": 0.7,
-    "max_tokens": 1000,
-    "stream": False,
-}
 USER = [{"role": "user", "content": "What is machine learning?"}]
 
 
@@ -65,13 +55,13 @@ def test_oneinfer_flow_exchange_the_key_for_a_token_then_call(seed_gateway: Gate
     assert exchanged.json()["token_type"] == "Bearer" and token != key["key"]
 
     url = seed_gateway.url + "/v1/ula/chat/completions"
-    resp = httpx.post(url, json=ONEINFER_EXAMPLE, headers=bearer(token), timeout=10)
+    resp = httpx.post(url, json=SEED_000_EXAMPLE, headers=bearer(token), timeout=10)
     assert resp.status_code == 200, resp.text
     body = resp.json()
     assert body["api_details"]["api_status"] == "success"
     assert body["data"]["text"] == "echo: Tell me about AI."
 
-    with httpx.stream("POST", url, json={**ONEINFER_EXAMPLE, "stream": True}, headers=bearer(token)) as stream:
+    with httpx.stream("POST", url, json={**SEED_000_EXAMPLE, "stream": True}, headers=bearer(token)) as stream:
         lines = [line for line in stream.iter_lines() if line]
     assert stream.status_code == 200 and lines[-1] == "data: [DONE]"
     assert json.loads(lines[-2].removeprefix("data: "))["id"] == "chunk_final"
@@ -84,7 +74,7 @@ def test_oneinfer_flow_exchange_the_key_for_a_token_then_call(seed_gateway: Gate
 
 def test_oneinfer_bad_token_is_a_401_envelope(seed_gateway: GatewayServer) -> None:
     url = seed_gateway.url + "/v1/ula/chat/completions"
-    resp = httpx.post(url, json=ONEINFER_EXAMPLE, headers=bearer("ipxt.e30.bogus"), timeout=10)
+    resp = httpx.post(url, json=SEED_000_EXAMPLE, headers=bearer("ipxt.e30.bogus"), timeout=10)
     assert resp.status_code == 401
     assert resp.json()["api_details"]["api_status"] == "error" and resp.json()["error"]["status"] == 401
 
@@ -92,7 +82,7 @@ def test_oneinfer_bad_token_is_a_401_envelope(seed_gateway: GatewayServer) -> No
 def test_oneinfer_insufficient_credit_is_a_403_envelope(seed_gateway: GatewayServer, admin: httpx.Client) -> None:
     key = new_key(admin, 0)
     url = seed_gateway.url + "/v1/ula/chat/completions"
-    resp = httpx.post(url, json=ONEINFER_EXAMPLE, headers=bearer(key["key"]), timeout=10)
+    resp = httpx.post(url, json=SEED_000_EXAMPLE, headers=bearer(key["key"]), timeout=10)
     assert resp.status_code == 403, resp.text
     body = resp.json()
     assert body["api_details"]["api_status"] == "error" and body["data"] == {}

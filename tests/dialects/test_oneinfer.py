@@ -15,6 +15,7 @@ import pytest
 from inferplex.dialects.oneinfer import render_error, status_for
 from inferplex.errors import GatewayError, InternalError
 from inferplex.pipeline import Context
+from tests.dialects.seed_examples import SEED_000_EXAMPLE, SEED_001_EXAMPLE
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -31,30 +32,6 @@ DATA_FIELDS = {
     "is_context_length_full",
 }
 
-# Seed 000's example request, verbatim.
-SEED_000_EXAMPLE = {
-    "provider": "openai",
-    "model": "gpt-4o-mini",
-    "messages": [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": "Tell me about AI."},
-    ],
-    "temperature": 0.7,
-    "max_tokens": 1000,
-    "stream": False,
-}
-
-# Seed 001's chat curl example, verbatim.
-SEED_001_EXAMPLE = {
-    "provider": "anthropic",
-    "model": "claude-sonnet-4-6",
-    "messages": [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": "Explain transformer attention in two sentences."},
-    ],
-    "max_tokens": 256,
-    "stream": False,
-}
 
 USER = [{"role": "user", "content": "hi there"}]
 
