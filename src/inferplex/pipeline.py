@@ -75,8 +75,8 @@ class Context:
     output_chars: int = 0
     cost_micros: int | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
-    # Kept for the usage log's response body when the request asks for it: the buffered answer, or the
-    # chunks of a streamed one (the guard sets `streamed` to a list at admission to start collecting).
+    # The usage log's response body: the buffered answer, or the chunks of a streamed one. `streamed` is
+    # None unless the request's log_response_body is on (the guard sets it to a list at admission).
     response: Chunk | None = None
     streamed: list[Chunk] | None = None
     # Request-level options that steer gateway stages, not the model (tags, log flags, routing prefs, ...).

@@ -89,7 +89,7 @@ class AccountGuard:
     async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
         p = ctx.principal
         if _option(ctx, request, "log_response_body", self.config.log_response_body):
-            ctx.streamed = []  # a streamed answer's chunks are kept for the usage log
+            ctx.streamed = []  # the response is kept for the usage log (a stream's chunks collected here)
         prompt = estimate_prompt_tokens(request)
         ctx.options["prompt_tokens_estimate"] = prompt
         limits = p.settings.get("limits", _NO_LIMITS)
@@ -205,7 +205,7 @@ class AccountGuard:
         }
         if _option(ctx, request, "log_query_body", self.config.log_query_body):
             row["request_body"] = request.model_dump(mode="json", exclude_none=True)
-        if _option(ctx, request, "log_response_body", self.config.log_response_body):
+        if ctx.streamed is not None:  # admission decided to keep the response for the log
             if ctx.response is not None:
                 row["response_body"] = ctx.response
             elif ctx.streamed:
