@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 import yaml
@@ -162,6 +163,57 @@ def test_both_replicas_share_keys_and_see_a_revocation_at_once(replicas: list[st
     assert httpx.get(replicas[1] + "/v1/models", headers=headers).status_code == 200
     admin.client.post(f"/admin/keys/{created['id']}/revoke")
     assert httpx.get(replicas[1] + "/v1/models", headers=headers).status_code == 401
+    admin.close()
+
+
+def _models(url: str, key: str) -> int:
+    return httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code
+
+
+async def _sql(pg_url: str, statement: str, *args: object) -> None:
+    conn = await asyncpg.connect(pg_url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(statement, *args)
+    finally:
+        await conn.close()
+
+
+async def _cut_notifications(pg_url: str) -> None:
+    """Terminate the replicas' notification connections, and wait until PostgreSQL has closed them."""
+    conn = await asyncpg.connect(pg_url.replace("postgresql+asyncpg://", "postgresql://"))
+    who = "FROM pg_stat_activity WHERE application_name = 'inferplex-key-changes' AND datname = current_database()"
+    try:
+        assert await conn.fetchval("SELECT count(*) " + who) == 2
+        await conn.execute("SELECT pg_terminate_backend(pid) " + who)
+        for _ in range(500):  # PostgreSQL ends a terminated backend asynchronously
+            if not await conn.fetchval("SELECT count(*) " + who):
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the notification connections were not closed")
+    finally:
+        await conn.close()
+
+
+def test_a_change_made_outside_the_gateways_reaches_both_at_once(replicas: list[str], pg_url: str) -> None:
+    """Replicas keep key records between changes; a change by any writer (here SQL by hand) must still
+    take effect on the very next request, also while a replica's notification connection is being cut."""
+    admin = Admin(replicas[0], MASTER)
+    first, second = admin.create_key(credits_micros=100_000), admin.create_key(credits_micros=100_000)
+    for url in replicas * 2:  # looked up, then served from what each replica keeps
+        assert _models(url, first["key"]) == 200 and _models(url, second["key"]) == 200
+    asyncio.run(_sql(pg_url, "UPDATE api_keys SET scopes = '[\"chat\"]' WHERE id = $1", first["id"]))
+    for url in replicas:
+        r = httpx.get(url + "/v1/models", headers={"Authorization": f"Bearer {first['key']}"})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "scope_not_allowed"
+    # Cut the notification connections, and change a key at once: no replica may serve its old record.
+    asyncio.run(_cut_notifications(pg_url))
+    asyncio.run(_sql(pg_url, "UPDATE api_keys SET revoked_at = 1 WHERE id = $1", second["id"]))
+    assert [_models(url, second["key"]) for url in replicas] == [401, 401]
+    time.sleep(0.5)  # reconnected by now: kept records are used again, and still dropped on a change
+    assert [_models(url, first["key"]) for url in replicas * 2] == [403] * 4
+    asyncio.run(_sql(pg_url, "UPDATE api_keys SET revoked_at = 1 WHERE id = $1", first["id"]))
+    assert [_models(url, first["key"]) for url in replicas] == [401, 401]
     admin.close()
 
 

@@ -15,7 +15,7 @@ from inferplex.accounts.keys import key_digest
 from inferplex.store import tables as t
 from inferplex.store.engine import Database
 from inferplex.store.keys import KeyRecord, KeyStore
-from inferplex.store.ledger import Ledger
+from inferplex.store.ledger import Ledger, Move
 from inferplex.store.usage import UsageFilter, UsageStore
 from tests.accounts.conftest import sqlite_url
 
@@ -105,6 +105,47 @@ async def test_concurrent_reservations_never_overdraw(db: Database) -> None:
     assert sum(r is not None for r in results) == 50
     found = await ledger.account(account.id)
     assert found is not None and found.balance_micros == 0 == await ledger.ledger_sum(account.id)
+
+
+async def test_a_batch_of_moves_is_applied_one_by_one_settlements_first(db: Database) -> None:
+    """What concurrent requests' reservations and settlements do when they share one batch: each applied as
+    if alone (a refused reservation leaves room for a smaller one after it), credit given back first."""
+    ledger = Ledger(db)
+    a, b = await ledger.create_account("a"), await ledger.create_account("b")
+    await ledger.credit(a.id, 100)
+    await ledger.credit(b.id, 100)
+    moves = [
+        Move(a.id, "reserve", -80, True, "r1"),
+        Move(b.id, "reserve", -60, True, "r2"),
+        Move(a.id, "reserve", -30, True, "r3"),  # refused: 20 left
+        Move(a.id, "reserve", -20, True, "r4"),  # fits what is left
+        Move(b.id, "reserve", -60, True, "r5"),  # fits only because the settlement below comes first
+        Move(b.id, "settle", 50, False, "r0"),
+        Move("acct_missing", "settle", 5, False, "r6"),
+    ]
+    assert await ledger.move_many(moves) == [20, 90, None, 0, 30, 150, None]
+    for account, balance in ((a.id, 0), (b.id, 30)):
+        found = await ledger.account(account)
+        assert found is not None and found.balance_micros == balance == await ledger.ledger_sum(account)
+    kinds = [(e["request_id"], e["amount_micros"]) for e in reversed(await ledger.entries(b.id))]
+    assert kinds == [(None, 100), ("r0", 50), ("r2", -60), ("r5", -60)]
+
+
+async def test_a_reservation_whose_caller_is_cancelled_in_flight_is_given_back(db: Database) -> None:
+    ledger = Ledger(db)
+    account = await ledger.create_account("a")
+    await ledger.credit(account.id, 1000)
+    caller = asyncio.create_task(ledger.reserve(account.id, 600, request_id="r1", key_id=None))
+    for _ in range(3):  # the caller queues its move, and the batch is sent
+        await asyncio.sleep(0)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await ledger.aclose()  # the batch lands, and the orphaned reservation is refunded
+    entries = [(e["kind"], e["amount_micros"]) for e in reversed(await ledger.entries(account.id))]
+    assert entries == [("topup", 1000), ("reserve", -600), ("settle", 600)]
+    found = await ledger.account(account.id)
+    assert found is not None and found.balance_micros == 1000 == await ledger.ledger_sum(account.id)
 
 
 async def test_usage_rows_filters_and_totals(db: Database) -> None:

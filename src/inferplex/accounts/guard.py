@@ -212,6 +212,11 @@ class AccountGuard:
                 row["response_body"] = completion_from_chunks(ctx.streamed)
         self.usage.record(row)
 
+    async def aclose(self) -> None:
+        """Wait for the settlements still running: a graceful shutdown books every request it answered."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
     def run_shielded(self, work: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
         self._background.add(task)

@@ -13,6 +13,7 @@ from inferplex.limits.memory import MemoryLimits
 from inferplex.limits.redis import RedisLimits
 from inferplex.limits.slots import FairSlots
 from inferplex.store.engine import Database, default_url
+from inferplex.store.key_cache import KeyCache
 from inferplex.store.keys import KeyStore
 from inferplex.store.ledger import Ledger
 from inferplex.store.usage import UsageStore
@@ -49,7 +50,10 @@ class AccountServices:
     async def start(cls, config: Config, master_key: str) -> AccountServices:
         db = Database(database_url(config), config.storage.pool_size)
         await db.migrate()
-        keys, ledger, usage = KeyStore(db), Ledger(db), UsageStore(db)
+        cache = None if db.is_sqlite else KeyCache(db.dsn)
+        if cache is not None:
+            cache.start()
+        keys, ledger, usage = KeyStore(db, cache), Ledger(db), UsageStore(db)
         usage_log = UsageLog(usage)
         usage_log.start()
         limits = limit_store(config)
@@ -61,6 +65,10 @@ class AccountServices:
         return cls(config, db, keys, ledger, usage, usage_log, limits, guard, auth, secret)
 
     async def aclose(self) -> None:
+        await self.guard.aclose()  # settlements still running
+        await self.ledger.aclose()
         await self.usage_log.aclose()
         await self.limits.aclose()
+        if self.keys.cache is not None:
+            await self.keys.cache.aclose()
         await self.db.aclose()

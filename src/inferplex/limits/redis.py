@@ -9,13 +9,16 @@ policy: `open` admits (limits are not enforced while Redis is down), `closed` re
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from inferplex.batching import Batcher
 from inferplex.limits import Hold, LimitsUnavailable, Rate
 
 log = logging.getLogger("inferplex.limits")
@@ -25,11 +28,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
-# GCRA over the buckets KEYS[1..n], with (amount, limit, window_s) for each at ARGV[a+1..a+3n]. All or nothing
-# unless `force` (charge even into debt): returns (0, 0) once applied, else (seconds to wait, index of the
-# bucket that waits longest) with nothing changed.
+# GCRA over the buckets KEYS[k+1..k+n], with (amount, limit, window_s) for each at ARGV[a+1..a+3n]. All or
+# nothing unless `force` (charge even into debt): returns (0, 0) once applied, else (seconds to wait, index of
+# the bucket that waits longest) with nothing changed. Stored with 17 significant digits: Lua's `tostring`
+# keeps 14, which at UNIX-time magnitudes rounds by up to 50 us, enough to refuse the last request of a burst
+# when a batch of requests shares one `now`.
 _RATES = """
-local function rates(n, a, force)
+local function rates(k, a, n, force)
   local wait = 0
   local worst = 0
   local tats = {}
@@ -38,7 +43,7 @@ local function rates(n, a, force)
     local limit = tonumber(ARGV[a + i * 3 - 1])
     local window = tonumber(ARGV[a + i * 3])
     local interval = window / limit
-    local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
+    local tat = tonumber(redis.call('GET', KEYS[k + i]) or '0')
     if tat < now then tat = now end
     local check = amount
     if check > limit then check = limit end
@@ -51,7 +56,7 @@ local function rates(n, a, force)
   end
   if wait > 0 and not force then return wait, worst end
   for i = 1, n do
-    redis.call('SET', KEYS[i], tostring(tats[i]), 'PX', math.ceil((tats[i] - now) * 1000) + 1000)
+    redis.call('SET', KEYS[k + i], string.format('%.17g', tats[i]), 'PX', math.ceil((tats[i] - now) * 1000) + 1000)
   end
   return 0, 0
 end
@@ -71,39 +76,45 @@ end
 # KEYS[1] holders zset; ARGV: limit, holder, lease_s
 _ACQUIRE = _NOW + _SLOT + "return acquire(KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]))"
 
-# KEYS: n buckets, then holder zsets; ARGV: n, lease_s, (amount, limit, window_s) per bucket, then (limit,
-# holder) per zset. The buckets first; the slots only if they admitted.
-_ADMIT = (
+# Many requests' admissions and finishes in one call (batching.py), each applied in turn as if alone.
+# ARGV: lease_s, then per operation: its kind ('A' admit or 'F' finish), n buckets, m slots, (amount, limit,
+# window_s) per bucket, then per slot (limit, holder) for an admit or holder for a finish. KEYS: the
+# operations' n buckets then m holder zsets, in the same order. One reply string per operation: for an
+# admit "0 -1 <1|0 per slot>" or "<wait> <index of the bucket waiting longest>" (buckets first, slots only if
+# they admitted); "1" for a finish (its buckets charged even into debt, its holders removed).
+_BATCH = (
     _NOW
     + _RATES
     + _SLOT
     + """
-local n = tonumber(ARGV[1])
-local lease = tonumber(ARGV[2])
-local wait, worst = rates(n, 2, false)
-if wait > 0 then return tostring(wait) .. ' ' .. tostring(worst - 1) end
-local out = '0 -1'
-local b = 2 + n * 3
-for j = n + 1, #KEYS do
-  local k = j - n
-  out = out .. ' ' .. acquire(KEYS[j], tonumber(ARGV[b + k * 2 - 1]), ARGV[b + k * 2], lease)
+local lease = tonumber(ARGV[1])
+local a, k = 1, 0
+local out = {}
+while a < #ARGV do
+  local op, n, m = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  a = a + 3
+  local reply = '1'
+  if op == 'A' then
+    local wait, worst = rates(k, a, n, false)
+    a, k = a + n * 3, k + n
+    if wait > 0 then
+      reply = tostring(wait) .. ' ' .. tostring(worst - 1)
+    else
+      reply = '0 -1'
+      for j = 1, m do
+        reply = reply .. ' ' .. acquire(KEYS[k + j], tonumber(ARGV[a + j * 2 - 1]), ARGV[a + j * 2], lease)
+      end
+    end
+    a, k = a + m * 2, k + m
+  else
+    if n > 0 then rates(k, a, n, true) end
+    a, k = a + n * 3, k + n
+    for j = 1, m do redis.call('ZREM', KEYS[k + j], ARGV[a + j]) end
+    a, k = a + m, k + m
+  end
+  out[#out + 1] = reply
 end
 return out
-"""
-)
-
-# KEYS: n buckets, then holder zsets; ARGV: n, (amount, limit, window_s) per bucket, then holder per zset.
-_FINISH = (
-    _NOW
-    + _RATES
-    + """
-local n = tonumber(ARGV[1])
-if n > 0 then rates(n, 1, true) end
-local b = 1 + n * 3
-for j = n + 1, #KEYS do
-  redis.call('ZREM', KEYS[j], ARGV[b + j - n])
-end
-return 1
 """
 )
 
@@ -114,6 +125,15 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 """
 )
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One request's admission or finish, in the shape of the batch script's arguments."""
+
+    keys: list[str]
+    args: list[Any]
+    holds: tuple[Hold, ...] = ()
 
 
 class RedisLimits:
@@ -134,8 +154,10 @@ class RedisLimits:
         )
         self._acquire = self.redis.register_script(_ACQUIRE)
         self._count = self.redis.register_script(_COUNT)
-        self._admit = self.redis.register_script(_ADMIT)
-        self._finish = self.redis.register_script(_FINISH)
+        self._script = self.redis.register_script(_BATCH)
+        # Every request's admit and finish go through here: concurrent ones share one script call.
+        self._batch: Batcher[_Op, bytes] = Batcher(self._run, orphaned=self._orphaned)
+        self._orphans: set[asyncio.Task[None]] = set()
 
     def _failed(self, what: str, exc: BaseException) -> None:
         log.warning("redis limit store unavailable during %s: %s", what, exc)
@@ -155,15 +177,33 @@ class RedisLimits:
         except (RedisError, OSError, TimeoutError) as exc:
             log.warning("redis limit store unavailable during release: %s", exc)
 
+    async def _run(self, ops: list[_Op]) -> list[bytes]:
+        keys = [k for op in ops for k in op.keys]
+        args: list[Any] = [self.lease_s, *(x for op in ops for x in op.args)]
+        replies: list[bytes] = await self._script(keys=keys, args=args)
+        return replies
+
+    def _orphaned(self, op: _Op, reply: bytes) -> None:
+        """An admission whose caller was cancelled while it was in flight: give back the slots it took."""
+        taken = reply.split()[2:]
+        releases = [(h.key, h.holder) for h, ok in zip(op.holds, taken, strict=False) if ok == b"1"]
+        if releases:
+            task = asyncio.get_running_loop().create_task(self.finish((), releases))
+            self._orphans.add(task)
+            task.add_done_callback(self._orphans.discard)
+
+    def _rates(self, rates: Sequence[Rate]) -> tuple[list[str], list[Any]]:
+        keys = [self.prefix + "rate:" + r.key for r in rates]
+        return keys, [x for r in rates for x in (r.amount, r.limit, r.window_s)]
+
     async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
         if not rates and not holds:
             return 0.0, -1, ()
-        keys = [self.prefix + "rate:" + r.key for r in rates] + [self.prefix + "conc:" + h.key for h in holds]
-        args: list[Any] = [len(rates), self.lease_s]
-        args += [x for r in rates for x in (r.amount, r.limit, r.window_s)]
-        args += [x for h in holds for x in (h.limit, h.holder)]
+        keys, args = self._rates(rates)
+        keys += [self.prefix + "conc:" + h.key for h in holds]
+        args = ["A", len(rates), len(holds), *args, *(x for h in holds for x in (h.limit, h.holder))]
         try:
-            out = (await self._admit(keys=keys, args=args)).split()
+            out = (await self._batch.submit(_Op(keys, args, tuple(holds)))).split()
         except (RedisError, OSError, TimeoutError) as exc:
             self._failed("admit", exc)
             return 0.0, -1, tuple(True for _ in holds)  # failing open: nothing is enforced
@@ -176,11 +216,11 @@ class RedisLimits:
         charges = [r for r in charges if r.amount > 0]
         if not charges and not releases:
             return
-        keys = [self.prefix + "rate:" + r.key for r in charges] + [self.prefix + "conc:" + k for k, _ in releases]
-        args: list[Any] = [len(charges), *(x for r in charges for x in (r.amount, r.limit, r.window_s))]
-        args += [holder for _, holder in releases]
+        keys, args = self._rates(charges)
+        keys += [self.prefix + "conc:" + k for k, _ in releases]
+        args = ["F", len(charges), len(releases), *args, *(holder for _, holder in releases)]
         try:
-            await self._finish(keys=keys, args=args)
+            await self._batch.submit(_Op(keys, args))
         except (RedisError, OSError, TimeoutError) as exc:
             log.warning("redis limit store unavailable during finish: %s", exc)
 
@@ -188,4 +228,7 @@ class RedisLimits:
         return int(await self._count(keys=[self.prefix + "conc:" + key]))
 
     async def aclose(self) -> None:
+        await self._batch.aclose()
+        if self._orphans:
+            await asyncio.gather(*self._orphans, return_exceptions=True)
         await self.redis.aclose()

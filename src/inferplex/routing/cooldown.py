@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from inferplex.batching import Batcher
 from inferplex.config import CooldownConfig
 
 log = logging.getLogger("inferplex.routing")
@@ -119,16 +120,30 @@ class MemoryCooldowns:
 
 _NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) + tonumber(t[2]) / 1000000 "
 
-# KEYS: open, probe. ARGV: probe lease ms. Returns {gate (0 closed, 1 probe, 2 open), seconds to wait}.
+# Many checks in one call (batching.py): KEYS: (open, probe) per check; ARGV: the probe lease ms per check.
+# Returns {gate (0 closed, 1 probe, 2 open), seconds to wait} per check, flattened, each check as if alone.
 _CHECK = (
     _NOW
     + """
-local open = redis.call('GET', KEYS[1])
-if not open then return {0, '0'} end
-local untl = tonumber(open)
-if now < untl then return {2, tostring(untl - now)} end
-if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[1]) then return {1, '0'} end
-return {2, tostring(redis.call('PTTL', KEYS[2]) / 1000)}
+local out = {}
+for i = 1, #ARGV do
+  local open_key, probe_key = KEYS[i * 2 - 1], KEYS[i * 2]
+  local open = redis.call('GET', open_key)
+  local gate, wait = 0, '0'
+  if open then
+    local untl = tonumber(open)
+    if now < untl then
+      gate, wait = 2, tostring(untl - now)
+    elseif redis.call('SET', probe_key, '1', 'NX', 'PX', ARGV[i]) then
+      gate = 1
+    else
+      gate, wait = 2, tostring(redis.call('PTTL', probe_key) / 1000)
+    end
+  end
+  out[#out + 1] = gate
+  out[#out + 1] = wait
+end
+return out
 """
 )
 
@@ -181,15 +196,20 @@ class RedisCooldowns:
         self._check = self._redis.register_script(_CHECK)
         self._failure = self._redis.register_script(_FAILURE)
         self._success = self._redis.register_script(_SUCCESS)
+        # Every request checks its deployment: concurrent checks share one script call.
+        self._checks: Batcher[tuple[str, int], tuple[int, float]] = Batcher(self._check_many)
 
     def _k(self, key: str, part: str) -> str:
         return f"{self._prefix}{key}:{part}"
 
+    async def _check_many(self, checks: list[tuple[str, int]]) -> list[tuple[int, float]]:
+        keys = [self._k(key, part) for key, _ in checks for part in ("open", "probe")]
+        flat = await self._check(keys=keys, args=[lease_ms for _, lease_ms in checks])
+        return [(int(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
     async def check(self, key: str, policy: CooldownConfig) -> Check:
         try:
-            gate, wait = await self._check(
-                keys=[self._k(key, "open"), self._k(key, "probe")], args=[int(policy.period * 1000)]
-            )
+            gate, wait = await self._checks.submit((key, int(policy.period * 1000)))
         except Exception as exc:  # the shared view is an optimisation; routing goes on without it
             log.warning("cooldown store unavailable (%s): treating %s as healthy", exc, key)
             return Check(Gate.CLOSED)
@@ -214,4 +234,5 @@ class RedisCooldowns:
             log.warning("cooldown store unavailable (%s): success of %s not recorded", exc, key)
 
     async def aclose(self) -> None:
+        await self._checks.aclose()
         await self._redis.aclose()

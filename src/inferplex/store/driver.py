@@ -9,6 +9,7 @@ through a codec on its pool, SQLite (where JSON is stored as text) by `row_of`.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,14 @@ def compile_for(dialect: Dialect, statement: ClauseElement) -> DriverStatement:
 
 def row_of(conn: Connection, statement: DriverStatement, params: Mapping[str, Any]) -> dict[str, Any] | None:
     """SQLite: run `statement` on the connection's sqlite3 handle; its first row as a dict, or None."""
-    cursor = conn.connection.driver_connection.execute(statement.sql, statement.args(params))  # type: ignore[union-attr]
+    return first_row(conn.connection.driver_connection, statement, params)  # type: ignore[arg-type]
+
+
+def first_row(
+    handle: sqlite3.Connection, statement: DriverStatement, params: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """`row_of` on a sqlite3 connection itself (the event loop's reader has no SQLAlchemy around it)."""
+    cursor = handle.execute(statement.sql, statement.args(params))
     rows = cursor.fetchall()  # to the end: an UPDATE ... RETURNING is then complete
     if not rows:
         return None
@@ -52,6 +60,12 @@ def row_of(conn: Connection, statement: DriverStatement, params: Mapping[str, An
         if isinstance(out.get(name), str):
             out[name] = orjson.loads(out[name])
     return out
+
+
+def executemany(conn: Connection, statement: DriverStatement, rows: list[list[Any]]) -> None:
+    """SQLite: run `statement` once per row of arguments (in `statement.names` order) on the sqlite3 handle."""
+    if rows:
+        conn.connection.driver_connection.executemany(statement.sql, rows)  # type: ignore[union-attr]
 
 
 async def json_codecs(conn: asyncpg.Connection) -> None:

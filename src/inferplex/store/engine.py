@@ -24,7 +24,9 @@ lock, or an exclusive file lock beside the SQLite file, so replicas starting tog
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
+import sqlite3
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -39,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import ClauseElement
 
-from inferplex.store.driver import DriverStatement, compile_for, json_codecs, keep_session, row_of
+from inferplex.store.driver import DriverStatement, compile_for, first_row, json_codecs, keep_session, row_of
 from inferplex.store.group_commit import GroupCommitWriter
 
 T = TypeVar("T")
@@ -67,6 +69,7 @@ class Database:
         self._async: AsyncEngine | None = None
         self._sync: Engine | None = None
         self._reader: Engine | None = None
+        self._loop_reader: sqlite3.Connection | None = None
         if self.is_sqlite:
             path = _sqlite_path(url)
             if path is not None:
@@ -80,6 +83,7 @@ class Database:
             self._writer_thread = ThreadPoolExecutor(1, thread_name_prefix="inferplex-db-write")
             self._writer = GroupCommitWriter(self._sync, self._writer_thread)
             self._reader_threads = ThreadPoolExecutor(2, thread_name_prefix="inferplex-db-read")
+            self._loop_reader = _loop_reader(path) if path is not None else None
         else:
             # No overflow: connections beyond the pool would be opened and closed per burst (TLS set-up
             # included), the dominant cost under load (docs/benchmarks.md); waiting for one is cheaper.
@@ -98,22 +102,38 @@ class Database:
         return compile_for(self.dialect, statement)
 
     async def fetchrow(self, statement: DriverStatement, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        """Run one statement that needs no transaction around it on the driver; its first row, or None.
+        """Run one read that needs no transaction around it on the driver; its first row, or None.
 
-        PostgreSQL: asyncpg on its own pool. SQLite: the sqlite3 handle of a reader thread's connection."""
+        PostgreSQL: asyncpg on its own pool. SQLite: on the event loop's own connection, which under WAL never
+        waits for a writer and answers an indexed lookup in microseconds, far less than a hop to a reader
+        thread and back; only if SQLite reports the file busy (a checkpoint truncating the WAL) does the read
+        go to a reader thread, which may wait."""
         if self._async is None:
             assert self._reader is not None
+            if self._loop_reader is not None:
+                with contextlib.suppress(sqlite3.OperationalError):
+                    return first_row(self._loop_reader, statement, params)
             return await self._on(self._reader_threads, self._reader, lambda conn: row_of(conn, statement, params))
         pool = self._driver_pool or await self._open_driver_pool()
         row: Mapping[str, Any] | None = await pool.fetchrow(statement.sql, *statement.args(params))
         return row
 
+    async def fetch(self, sql: str, *args: Any) -> list[Mapping[str, Any]]:
+        """PostgreSQL: run `sql` (asyncpg's $n placeholders) on the driver pool; all its rows."""
+        pool = self._driver_pool or await self._open_driver_pool()
+        rows: list[Mapping[str, Any]] = await pool.fetch(sql, *args)
+        return rows
+
+    @property
+    def dsn(self) -> str:
+        """PostgreSQL: the URL as asyncpg takes it."""
+        return make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+
     async def _open_driver_pool(self) -> asyncpg.Pool:
         async with self._driver_lock:
             if self._driver_pool is None:
-                dsn = make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
                 self._driver_pool = await asyncpg.create_pool(
-                    dsn, min_size=1, max_size=self.pool_size, init=json_codecs, reset=keep_session
+                    self.dsn, min_size=1, max_size=self.pool_size, init=json_codecs, reset=keep_session
                 )
             return self._driver_pool
 
@@ -185,6 +205,8 @@ class Database:
         await loop.run_in_executor(self._reader_threads, self._reader.dispose)
         self._writer_thread.shutdown(wait=True)
         self._reader_threads.shutdown(wait=True)
+        if self._loop_reader is not None:
+            self._loop_reader.close()
 
 
 def _upgrade(connection: Connection) -> None:
@@ -192,6 +214,13 @@ def _upgrade(connection: Connection) -> None:
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
     command.upgrade(cfg, "head")
+
+
+def _loop_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection for the event loop's thread: fails at once (timeout 0) rather than block it."""
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA query_only=1")
+    return conn
 
 
 def _sqlite_pragmas(engine: Engine, *, immediate: bool) -> None:

@@ -10,6 +10,7 @@ from sqlalchemy import bindparam, insert, select, update
 
 from inferplex.store import tables as t
 from inferplex.store.engine import Database
+from inferplex.store.key_cache import KeyCache
 
 
 @dataclass(slots=True)
@@ -86,8 +87,9 @@ def _from_mapping(m: Any) -> KeyRecord:
 
 
 class KeyStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, cache: KeyCache | None = None) -> None:
         self.db = db
+        self.cache = cache
         # The per-request lookups run on the driver directly (store/driver.py).
         self._driver = {q: db.driver_statement(q) for q in (_BY_HASH, _BY_ID)}
 
@@ -103,10 +105,19 @@ class KeyStore:
         return await self._with_account(_BY_ID, key_id)
 
     async def _with_account(self, query: Any, value: str) -> tuple[KeyRecord, AccountLimits] | None:
+        cache = self.cache
+        if cache is not None:
+            found: tuple[KeyRecord, AccountLimits] | None = cache.get((query, value))
+            if found is not None:
+                return found
+            generation = cache.generation
         m = await self.db.fetchrow(self._driver[query], {"v": value})
         if m is None:
             return None
-        return _from_mapping(m), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])
+        found = _from_mapping(m), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])
+        if cache is not None:
+            cache.put((query, value), found, generation)
+        return found
 
     async def get(self, key_id: str) -> KeyRecord | None:
         query = select(t.api_keys).where(t.api_keys.c.id == key_id)

@@ -1,23 +1,30 @@
 """Accounts and their credit ledger: every change to a balance is one ledger row in the same transaction.
 
-A reservation is one conditional statement, `UPDATE accounts SET balance = balance - :a WHERE id = :id AND
-balance >= :a RETURNING balance`: on PostgreSQL row locking makes it atomic under any concurrency; on SQLite
-the database serializes writers (see store/engine.py). So a balance never goes below what was reserved, and
-`balance == sum(ledger.amount)` holds after every transaction.
+A reservation is one conditional statement, `UPDATE accounts SET balance = balance + :a WHERE id = :id AND
+balance + :a >= 0 RETURNING balance` (a is negative): on PostgreSQL row locking makes it atomic under any
+concurrency; on SQLite the database serializes writers (see store/engine.py). So a balance never goes below
+what was reserved, and `balance == sum(ledger.amount)` holds after every transaction.
+
+Reservations and settlements made while another batch is in flight go together in the next (batching.py):
+one transaction, on PostgreSQL one round trip to the function of migration 0003, which runs the same
+statements in the same order as the SQLite path here (`_order`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, text, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection
 
+from inferplex.batching import Batcher
 from inferplex.store import tables as t
-from inferplex.store.driver import row_of
+from inferplex.store.driver import executemany, row_of
 from inferplex.store.engine import Database
 
 
@@ -49,30 +56,24 @@ def _account(row: Any) -> Account:
     return Account(m["id"], m["name"], m["balance_micros"], m["rpm"], m["tpm"], m["max_concurrent"], m["created_at"])
 
 
-_PG_MOVE = text(
-    """
-    WITH moved AS (
-        UPDATE accounts SET balance_micros = balance_micros + :amount
-        WHERE id = :id AND (NOT :conditional OR balance_micros + :amount >= 0)
-        RETURNING balance_micros
-    ), entry AS (
-        INSERT INTO ledger (account_id, kind, amount_micros, request_id, key_id, note, created_at)
-        SELECT :id, :kind, :amount, :rid, :kid, :note, :ts FROM moved
-    )
-    SELECT balance_micros FROM moved
-    """
-)
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One change to a balance and its ledger row. A conditional move (a reservation) is applied only if
+    the balance covers it; the others (settlements, top-ups) always are."""
+
+    account_id: str
+    kind: str
+    amount: int  # signed: what the move adds to the balance
+    conditional: bool = False
+    request_id: str | None = None
+    key_id: str | None = None
+    note: str | None = None
 
 
-# Built once at import (statement construction is most of the CPU of a reservation on SQLite), and run on the
-# driver (store/driver.py).
+# Built once at import (statement construction is most of the CPU of a move on SQLite), run on the driver
+# (store/driver.py). PostgreSQL runs a whole batch in the function of migration 0003.
 _ENTRY_COLUMNS = ("account_id", "kind", "amount_micros", "request_id", "key_id", "note", "created_at")
-_TAKE = (
-    update(t.accounts)
-    .where(t.accounts.c.id == bindparam("account"), t.accounts.c.balance_micros >= bindparam("amount"))
-    .values(balance_micros=t.accounts.c.balance_micros - bindparam("amount"))
-    .returning(t.accounts.c.balance_micros)
-)
+_BALANCE = select(t.accounts.c.balance_micros).where(t.accounts.c.id == bindparam("account"))
 _ADD = (
     update(t.accounts)
     .where(t.accounts.c.id == bindparam("account"))
@@ -80,26 +81,21 @@ _ADD = (
     .returning(t.accounts.c.balance_micros)
 )
 _ENTRY = insert(t.ledger).values({c: bindparam(c) for c in _ENTRY_COLUMNS})
+_PG_BATCH = "SELECT item, balance FROM inferplex_ledger_batch($1, $2, $3, $4, $5, $6, $7, $8)"
+
+
+def _order(moves: Sequence[Move]) -> list[int]:
+    """The order both engines apply a batch in: by account, settlements before reservations, then arrival."""
+    return sorted(range(len(moves)), key=lambda i: (moves[i].account_id, moves[i].conditional, i))
 
 
 class Ledger:
     def __init__(self, db: Database) -> None:
         self.db = db
-        self._pg_move_sql = None if db.is_sqlite else db.driver_statement(_PG_MOVE)
-        self._take, self._add, self._entry_sql = (db.driver_statement(s) for s in (_TAKE, _ADD, _ENTRY))
-
-    def _entry(
-        self,
-        conn: Connection,
-        account_id: str,
-        kind: str,
-        amount: int,
-        request_id: str | None = None,
-        key_id: str | None = None,
-        note: str | None = None,
-    ) -> None:
-        values = (account_id, kind, amount, request_id, key_id, note, time.time())
-        row_of(conn, self._entry_sql, dict(zip(_ENTRY_COLUMNS, values, strict=True)))
+        self._balance, self._add, self._entry = (db.driver_statement(q) for q in (_BALANCE, _ADD, _ENTRY))
+        # Every request's reservation and settlement go through here: concurrent ones share one round trip.
+        self._batch: Batcher[Move, int | None] = Batcher(self.move_many, orphaned=self._orphaned)
+        self._refunds: set[asyncio.Task[int | None]] = set()
 
     async def create_account(
         self, name: str, *, rpm: int | None = None, tpm: int | None = None, max_concurrent: int | None = None
@@ -134,69 +130,73 @@ class Ledger:
 
     async def reserve(self, account_id: str, amount: int, *, request_id: str, key_id: str | None) -> int | None:
         """Take `amount` from the balance if it covers it: the new balance, or None (nothing changed)."""
-        if not self.db.is_sqlite:
-            return await self._pg_move(account_id, "reserve", -amount, request_id, key_id, None, conditional=True)
-
-        def run(conn: Connection) -> int | None:
-            row = row_of(conn, self._take, {"account": account_id, "amount": amount})
-            if row is None:
-                return None
-            self._entry(conn, account_id, "reserve", -amount, request_id, key_id)
-            return int(row["balance_micros"])
-
-        return await self.db.write(run)
+        return await self._batch.submit(Move(account_id, "reserve", -amount, True, request_id, key_id))
 
     async def settle(self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None) -> int:
         """Return the unused part of a reservation (or take the overrun): one `settle` row of reserved-actual."""
-        return await self._change(account_id, "settle", reserved - actual, request_id, key_id, None)
+        balance = await self._batch.submit(Move(account_id, "settle", reserved - actual, False, request_id, key_id))
+        if balance is None:
+            raise KeyError(account_id)
+        return balance
 
     async def credit(self, account_id: str, amount: int, *, kind: str = "topup", note: str | None = None) -> int:
         """A top-up (or refund, kind='refund'); a negative amount is an adjustment downwards."""
-        return await self._change(account_id, kind, amount, None, None, note)
+        (balance,) = await self.move_many([Move(account_id, kind, amount, note=note)])
+        if balance is None:
+            raise KeyError(account_id)
+        return balance
 
-    async def _change(
-        self, account_id: str, kind: str, amount: int, request_id: str | None, key_id: str | None, note: str | None
-    ) -> int:
+    async def move_many(self, moves: list[Move]) -> list[int | None]:
+        """Apply `moves` in one transaction (one round trip on PostgreSQL): for each, the balance after it, or
+        None if it was not applied (a reservation the balance could not cover, or no such account)."""
+        now = time.time()
         if not self.db.is_sqlite:
-            balance = await self._pg_move(account_id, kind, amount, request_id, key_id, note, conditional=False)
-            if balance is None:
-                raise KeyError(account_id)
-            return balance
+            columns = [[getattr(m, f.name) for m in moves] for f in fields(Move)]
+            rows = await self.db.fetch(_PG_BATCH, *columns, now)
+            out: list[int | None] = [None] * len(moves)
+            for row in rows:
+                out[row["item"] - 1] = int(row["balance"])
+            return out
 
-        def run(conn: Connection) -> int:
-            row = row_of(conn, self._add, {"account": account_id, "amount": amount})
-            if row is None:
-                raise KeyError(account_id)
-            self._entry(conn, account_id, kind, amount, request_id, key_id, note)
-            return int(row["balance_micros"])
+        def run(conn: Connection) -> list[int | None]:
+            # The writer holds SQLite's write lock (BEGIN IMMEDIATE) for the whole batch, so each account's
+            # balance can be read once, the moves applied to it here in `_order`, and written back once.
+            balances: dict[str, int] = {}
+            for account in {m.account_id for m in moves}:
+                row = row_of(conn, self._balance, {"account": account})
+                if row is not None:
+                    balances[account] = int(row["balance_micros"])
+            start = dict(balances)
+            out: list[int | None] = [None] * len(moves)
+            entries = []
+            for i in _order(moves):
+                m = moves[i]
+                balance = balances.get(m.account_id)
+                if balance is None or (m.conditional and balance + m.amount < 0):
+                    continue
+                out[i] = balances[m.account_id] = balance + m.amount
+                values = (m.account_id, m.kind, m.amount, m.request_id, m.key_id, m.note, now)
+                entries.append(self._entry.args(dict(zip(_ENTRY_COLUMNS, values, strict=True))))
+            for account, balance in balances.items():
+                if balance != start[account]:
+                    row_of(conn, self._add, {"account": account, "amount": balance - start[account]})
+            executemany(conn, self._entry, entries)
+            return out
 
         return await self.db.write(run)
 
-    async def _pg_move(
-        self,
-        account_id: str,
-        kind: str,
-        amount: int,
-        request_id: str | None,
-        key_id: str | None,
-        note: str | None,
-        *,
-        conditional: bool,
-    ) -> int | None:
-        """Balance change and ledger row in ONE statement (data-modifying CTEs): atomic, one round trip."""
-        params = {
-            "id": account_id,
-            "kind": kind,
-            "amount": amount,
-            "rid": request_id,
-            "kid": key_id,
-            "note": note,
-            "ts": time.time(),
-            "conditional": conditional,
-        }
-        assert self._pg_move_sql is not None
-        row = await self.db.fetchrow(self._pg_move_sql, params)
-        return None if row is None else int(row["balance_micros"])
+    def _orphaned(self, move: Move, balance: int | None) -> None:
+        """A reservation whose caller was cancelled while it was in flight: give it back at once."""
+        if move.conditional and balance is not None:
+            refund = Move(move.account_id, "settle", -move.amount, False, move.request_id, move.key_id)
+            task = asyncio.get_running_loop().create_task(self._batch.submit(refund))
+            self._refunds.add(task)
+            task.add_done_callback(self._refunds.discard)
+
+    async def aclose(self) -> None:
+        await self._batch.aclose()
+        if self._refunds:
+            await asyncio.gather(*self._refunds, return_exceptions=True)
 
     async def entries(self, account_id: str, limit: int = 1000) -> list[dict[str, Any]]:
         query = select(t.ledger).where(t.ledger.c.account_id == account_id).order_by(t.ledger.c.id.desc()).limit(limit)

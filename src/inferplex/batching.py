@@ -1,0 +1,85 @@
+"""Adaptive batching: concurrent callers of a shared store share one round trip.
+
+Under load, what a keyed request pays for its store calls is mostly the client's per-call work (asyncpg's
+protocol and pool, redis-py's connection pool and parser, an event-loop wake-up per reply), not the
+statement or script itself (docs/benchmarks.md). A `Batcher` sends the first call after an idle spell at
+once (no timer, so no added latency when the gateway is quiet); calls made while a batch is in flight wait
+for it and then go together, in arrival order, as the next one. It is group commit
+(store/group_commit.py) one level up: for any store whose batch is one atomic operation (a PostgreSQL
+function, a Lua script).
+
+A caller cancelled while its item is in flight cannot take the item back: it is applied anyway. Its result
+goes to `orphaned`, so the owner can give back what the item took (a credit reservation, a concurrency
+slot) instead of leaking it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+I = TypeVar("I")  # noqa: E741 - the item type
+O = TypeVar("O")  # noqa: E741 - the result type
+
+log = logging.getLogger("inferplex.batching")
+
+
+class Batcher(Generic[I, O]):
+    def __init__(
+        self,
+        run: Callable[[list[I]], Awaitable[Sequence[O]]],
+        *,
+        orphaned: Callable[[I, O], None] | None = None,
+        max_batch: int = 500,
+    ) -> None:
+        self._run = run
+        self._orphaned = orphaned
+        self._max = max_batch
+        self._queue: list[tuple[I, asyncio.Future[O]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+
+    async def submit(self, item: I) -> O:
+        """`item` applied with whatever else is queued; its result, or the exception the batch raised."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[O] = loop.create_future()
+        self._queue.append((item, future))
+        if self._drainer is None:
+            self._drainer = loop.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[: self._max], self._queue[self._max :]
+                batch = [(item, future) for item, future in batch if not future.cancelled()]  # nobody waits
+                if not batch:
+                    continue
+                try:
+                    results = await self._run([item for item, _ in batch])
+                except asyncio.CancelledError:  # shutdown: nobody will hear of these
+                    for _, future in batch + self._queue:
+                        future.cancel()
+                    self._queue = []
+                    raise
+                except Exception as exc:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (item, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+                    elif self._orphaned is not None:
+                        try:
+                            self._orphaned(item, result)
+                        except Exception:
+                            log.exception("could not give back what a cancelled call took")
+        finally:
+            self._drainer = None
+
+    async def aclose(self) -> None:
+        """Wait for what is queued to be applied."""
+        while self._drainer is not None:
+            await asyncio.shield(self._drainer)

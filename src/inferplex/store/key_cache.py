@@ -1,0 +1,97 @@
+"""Key records a PostgreSQL replica keeps between changes, dropped when any writer changes a key.
+
+The key lookup was one of the round trips every keyed request made. A replica now keeps what it looked up,
+and drops all of it when PostgreSQL notifies `inferplex_keys`: migration 0003's triggers send that on any
+change to a key or to an account's limits, whoever makes it (any replica's admin API, the CLI, SQL by
+hand), in the committing transaction, so it reaches every listening replica before the writer hears of its
+commit.
+
+The cache is used only while its notification connection is up: until it is, and from the moment it is
+found lost (closed, or a health check every `check_s` failing), every lookup goes to the database again, as
+before, and nothing learned meanwhile is kept. A lookup that raced a notification (it read the database
+before the change, and answers after the notification) does not store its answer: every notification
+starts a new generation, and only an answer read within the current one is kept.
+
+SQLite needs none of this: its lookup is one read on the event loop's own connection (store/engine.py),
+which costs less than keeping a cache valid across processes would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import asyncpg
+
+log = logging.getLogger("inferplex.store")
+CHANNEL = "inferplex_keys"
+APPLICATION = "inferplex-key-changes"  # how the notification connection shows in pg_stat_activity
+
+
+class KeyCache:
+    def __init__(self, dsn: str, *, size: int = 10_000, check_s: float = 5.0) -> None:
+        self._dsn = dsn
+        self._size = size
+        self._check_s = check_s
+        self._entries: dict[Any, Any] = {}
+        self.generation = 0
+        self.live = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._listen(), name="key-cache-listener")
+
+    def get(self, key: Any) -> Any:
+        return self._entries.get(key) if self.live else None
+
+    def put(self, key: Any, value: Any, generation: int) -> None:
+        """Keep `value`, read from the database during `generation`, if nothing changed since."""
+        if self.live and generation == self.generation:
+            if len(self._entries) >= self._size:
+                self._entries.clear()
+            self._entries[key] = value
+
+    def _drop(self, *_: Any) -> None:
+        self.generation += 1
+        self._entries.clear()
+
+    def _down(self) -> None:
+        self.live = False
+        self._drop()
+
+    async def _listen(self) -> None:
+        delay = 0.1
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(
+                    self._dsn, timeout=self._check_s, server_settings={"application_name": APPLICATION}
+                )
+                lost = asyncio.Event()
+                conn.add_termination_listener(lambda _, lost=lost: lost.set())
+                await conn.add_listener(CHANNEL, self._drop)
+                self._drop()
+                self.live, delay = True, 0.1
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), self._check_s)
+                    if not lost.is_set():
+                        await conn.fetchval("SELECT 1", timeout=self._check_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("key change notifications unavailable (keys are read on every request): %s", exc)
+            finally:
+                self._down()
+                if conn is not None:
+                    conn.terminate()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._check_s)
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,71 @@
+"""Adaptive batching (inferplex.batching): what concurrent callers of a store see."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from inferplex.batching import Batcher
+
+
+class Store:
+    """Doubles each item; each batch takes one 'round trip' (a few loop turns) and is recorded."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.batches: list[list[int]] = []
+        self.fail_on = fail_on
+        self.orphans: list[tuple[int, int]] = []
+
+    async def run(self, items: list[int]) -> list[int]:
+        self.batches.append(items)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        if self.fail_on in items:
+            raise ConnectionError("store went away")
+        return [2 * i for i in items]
+
+    def orphaned(self, item: int, result: int) -> None:
+        self.orphans.append((item, result))
+
+
+async def test_the_first_call_goes_at_once_and_later_ones_share_the_next_round_trip() -> None:
+    store = Store()
+    batcher = Batcher(store.run)
+    first = asyncio.create_task(batcher.submit(1))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the first is in flight, alone
+    rest = [asyncio.create_task(batcher.submit(i)) for i in range(2, 7)]
+    assert await asyncio.gather(first, *rest) == [2, 4, 6, 8, 10, 12]
+    assert store.batches == [[1], [2, 3, 4, 5, 6]]
+    assert await batcher.submit(7) == 14  # idle again: alone, at once
+    assert store.batches[-1] == [7]
+
+
+async def test_a_failed_batch_fails_each_of_its_callers_and_the_next_batch_still_runs() -> None:
+    store = Store(fail_on=2)
+    batcher = Batcher(store.run)
+    first = asyncio.create_task(batcher.submit(1))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    doomed = [asyncio.create_task(batcher.submit(i)) for i in (2, 3)]
+    assert await first == 2
+    for task in doomed:
+        with pytest.raises(ConnectionError):
+            await task
+    assert await batcher.submit(4) == 8
+
+
+async def test_a_caller_cancelled_in_flight_leaves_its_result_to_orphaned() -> None:
+    store = Store()
+    batcher = Batcher(store.run, orphaned=store.orphaned)
+    waiting = asyncio.create_task(batcher.submit(5))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # in flight
+    waiting.cancel()
+    never_sent = asyncio.create_task(batcher.submit(6))
+    await asyncio.sleep(0)
+    never_sent.cancel()  # cancelled before its batch left: not sent at all
+    await batcher.aclose()
+    assert store.orphans == [(5, 10)]
+    assert store.batches == [[5]]
