@@ -159,6 +159,29 @@ def run_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, args: 
         proc.wait(15)
 
 
+def run_reference(upstream: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The 60-line aiohttp proxy (bench/reference_proxy.py) the core's budget is stated against, pinned and
+    loaded exactly like each gateway: the floor each scenario's throughput is compared with."""
+    path = tmp / "reference.yaml"
+    path.write_text(f'base_url: "{upstream}"\n')
+    port, key = free_port(), "ipx-bench-reference"
+    env = {**os.environ, "BENCH_CONFIG": str(path), "BENCH_KEY": key, "BENCH_UPSTREAM_KEY": "sk-bench"}
+    pin = core_bench.Pinning(True)
+    script = str(Path(__file__).parent / "reference_proxy.py")
+    proc = subprocess.Popen([*pin.prefix(pin.gateway), sys.executable, script, str(port)], env=env)
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", proc)
+        core_bench.wrk(url, key, False, 2, 50, pin.load, model="bench-model")  # warm-up
+        c0 = core_bench.cpu_seconds(proc.pid)
+        w = core_bench.wrk(url, key, False, args.throughput, 50, pin.load, model="bench-model")
+        cpu = core_bench.cpu_seconds(proc.pid) - c0
+        return {"rps": w["rps"], "non_2xx": w["non_2xx"], "cpu_us_per_req": 1e6 * cpu / max(w["requests"], 1)}
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
 def _pg(statement: str) -> None:
     import asyncpg
 
@@ -192,6 +215,8 @@ def main() -> int:
         up = f"http://127.0.0.1:{up_port}/v1"
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
+            if args.throughput:
+                reference = run_reference(up, tmp, args)
             for name, use_key in (("master", False), ("key-sqlite", True)):
                 sqlite = {"database_url": f"sqlite+aiosqlite:///{tmp / name}.db"}
                 rows.append(run_gateway(name, config(up, tmp, sqlite), tmp, use_key, args))
@@ -227,13 +252,16 @@ def main() -> int:
             f"{r['scenario']:<20} {r['ok']:>6} {r['non_2xx']:>6} {lat['p50_ms']:>8.2f} {lat['p90_ms']:>8.2f} "
             f"{lat['p99_ms']:>8.2f} {lat['p50_ms'] - base['p50_ms']:>+8.2f} {r['usage_rows']}"
         )
+    out: dict[str, Any] = {"rps": args.rps, "duration_s": args.duration, "rows": rows}
     if args.throughput:
-        print(f"\n{'scenario':<20} {'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'non2xx':>7} reconciles")
-        for r in rows:
-            t = r["throughput"]
-            print(f"{r['scenario']:<20} {t['rps']:>15.0f} {t['cpu_us_per_req']:>11.0f} {t['non_2xx']:>7} "
-                  f"{t.get('reconciles', '-')}")  # fmt: skip
-    print(json.dumps({"rps": args.rps, "duration_s": args.duration, "rows": rows}))
+        # The core's budget, 4,000 of the reference's 7,400 req/s on the team's machine: a ratio of 0.54.
+        print(f"\n{'scenario':<20} {'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'of reference':>13} {'non2xx':>7} "
+              "reconciles")  # fmt: skip
+        for name, t in [("reference", reference), *((r["scenario"], r["throughput"]) for r in rows)]:
+            print(f"{name:<20} {t['rps']:>15.0f} {t['cpu_us_per_req']:>11.0f} {t['rps'] / reference['rps']:>13.2f} "
+                  f"{t['non_2xx']:>7} {t.get('reconciles', '-')}")  # fmt: skip
+        out["reference"] = reference
+    print(json.dumps(out))
     return 0
 
 

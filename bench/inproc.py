@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import socket
@@ -39,7 +40,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _scope(path: str) -> dict[str, Any]:
+def _scope(path: str, key: str = KEY) -> dict[str, Any]:
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.4"},
@@ -52,7 +53,7 @@ def _scope(path: str) -> dict[str, Any]:
         "query_string": b"",
         "headers": [
             (b"host", b"127.0.0.1"),
-            (b"authorization", b"Bearer " + KEY.encode()),
+            (b"authorization", b"Bearer " + key.encode()),
             (b"content-type", b"application/json"),
         ],
         "client": ("127.0.0.1", 50000),
@@ -61,8 +62,10 @@ def _scope(path: str) -> dict[str, Any]:
     }
 
 
-async def _one(app: Any, body: bytes) -> int:
-    scope = _scope("/v1/chat/completions")
+async def _one(
+    app: Any, body: bytes, key: str = KEY, path: str = "/v1/chat/completions", out: list[bytes] | None = None
+) -> int:
+    scope = _scope(path, key)
     scope["headers"].append((b"content-length", str(len(body)).encode()))
     sent = False
     status = 0
@@ -80,14 +83,17 @@ async def _one(app: Any, body: bytes) -> int:
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
-        elif message["type"] == "http.response.body" and not message.get("more_body"):
-            done.set()
+        elif message["type"] == "http.response.body":
+            if out is not None:
+                out.append(message.get("body", b""))
+            if not message.get("more_body"):
+                done.set()
 
     await app(scope, receive, send)
     return status
 
 
-async def _drive(app: Any, n: int, concurrency: int, body: bytes) -> tuple[float, float, int]:
+async def _drive(app: Any, n: int, concurrency: int, body: bytes, key: str = KEY) -> tuple[float, float, int]:
     remaining = n
     bad = 0
 
@@ -95,7 +101,7 @@ async def _drive(app: Any, n: int, concurrency: int, body: bytes) -> tuple[float
         nonlocal remaining, bad
         while remaining > 0:
             remaining -= 1
-            if await _one(app, body) != 200:
+            if await _one(app, body, key) != 200:
                 bad += 1
 
     c0, t0 = time.process_time(), time.perf_counter()
@@ -104,12 +110,12 @@ async def _drive(app: Any, n: int, concurrency: int, body: bytes) -> tuple[float
 
 
 async def _main(args: argparse.Namespace, config_path: Path) -> None:
+    import orjson
+
     from inferplex.app import create_app
     from inferplex.config import load_config
 
     if args.no_upstream:
-        import orjson
-
         from inferplex.providers import http
 
         canned = orjson.dumps({
@@ -141,13 +147,19 @@ async def _main(args: argparse.Namespace, config_path: Path) -> None:
                                    lifespan_send))  # fmt: skip
     await startup_done.wait()
     body = STREAM_BODY if args.stream else BODY
-    await _drive(app, min(2000, args.requests), args.concurrency, body)  # warm-up
+    key = KEY
+    if args.keyed:  # a key with credits, rpm, tpm and a concurrency limit, as bench/accounts.py uses
+        spec = {"name": "bench", "credits_micros": 10**12, "rpm": 10**6, "tpm": 10**9, "max_concurrent": 10_000}
+        created: list[bytes] = []
+        assert await _one(app, orjson.dumps(spec), KEY, "/admin/keys", created) in (200, 201), created
+        key = orjson.loads(b"".join(created))["key"]
+    await _drive(app, min(2000, args.requests), args.concurrency, body, key)  # warm-up
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 20)  # as `inferplex serve`
     results = []
     for _ in range(args.rounds):
-        cpu, wall, bad = await _drive(app, args.requests, args.concurrency, body)
+        cpu, wall, bad = await _drive(app, args.requests, args.concurrency, body, key)
         results.append(1e6 * cpu / args.requests)
         print(f"  {1e6 * cpu / args.requests:7.1f} µs CPU/request, {args.requests / wall:7.0f} req/s, {bad} not 200",
               flush=True)  # fmt: skip
@@ -155,6 +167,40 @@ async def _main(args: argparse.Namespace, config_path: Path) -> None:
     print(f"median {results[len(results) // 2]:.1f} µs CPU/request (min {results[0]:.1f})")
     await messages.put({"type": "lifespan.shutdown"})
     await life
+
+
+def _storage(keyed: str | None, stack: contextlib.ExitStack) -> str:
+    """The `storage:` section for `--keyed`; a PostgreSQL database and Redis prefix dropped when `stack` closes."""
+    if keyed in (None, "sqlite"):
+        return ""
+    import asyncpg
+    import redis
+
+    db, prefix = "inferplex_inproc_" + os.urandom(4).hex(), f"inferplex_inproc:{os.urandom(4).hex()}:"
+
+    def admin(statement: str) -> None:
+        async def run() -> None:
+            conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+            try:
+                await conn.execute(statement)
+            finally:
+                await conn.close()
+
+        asyncio.run(run())
+
+    def clean() -> None:
+        admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+        keys = list(client.scan_iter(prefix + "*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+    admin(f'CREATE DATABASE "{db}"')
+    stack.callback(clean)
+    url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}"
+    extra = f", redis_url: 'redis://127.0.0.1:6379/0', redis_prefix: '{prefix}'" if keyed == "postgres-redis" else ""
+    return f"storage: {{database_url: '{url}'{extra}}}\n"
 
 
 def main() -> None:
@@ -165,6 +211,12 @@ def main() -> None:
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--no-upstream", action="store_true", help="answer buffered calls in-process")
     ap.add_argument("--src", help="import inferplex from this src/ directory instead")
+    ap.add_argument(
+        "--keyed",
+        choices=["sqlite", "postgres", "postgres-redis"],
+        help="call with an API key (credits, rpm, tpm, concurrency) on this storage; PostgreSQL and Redis on "
+        "127.0.0.1 (a fresh database and key prefix, removed after)",
+    )
     args = ap.parse_args()
     if args.src:
         sys.path.insert(0, str(Path(args.src).resolve()))
@@ -178,14 +230,15 @@ def main() -> None:
     if len(cores) > 1:
         os.sched_setaffinity(0, {cores[0]})
     try:
-        with tempfile.TemporaryDirectory(prefix="inferplex-inproc-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="inferplex-inproc-") as tmp, contextlib.ExitStack() as stack:
             config = Path(tmp) / "bench.yaml"
             config.write_text(
                 f"server: {{master_key: env:BENCH_KEY, log_level: warning, data_dir: {tmp}/data}}\n"
                 "providers:\n  - {name: fake, kind: openai, api_key: env:BENCH_KEY, "
                 f"base_url: 'http://127.0.0.1:{port}/v1'}}\n"
                 "models:\n  - {name: bench-model, deployments: [{provider: fake, model: upstream-model}], "
-                "pricing: {free: true}}\n"
+                + ("pricing: {input: '0.15', output: '0.60'}}\n" if args.keyed else "pricing: {free: true}}\n")
+                + _storage(args.keyed, stack)
             )
             for _ in range(50):
                 try:

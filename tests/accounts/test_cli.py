@@ -79,3 +79,25 @@ def test_config_check_refuses_a_model_with_no_price(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert "models[3].pricing: model 'nobody-priced-me' has no price" in out.stderr
     assert "pricing.free: true" in out.stderr
+
+
+def test_a_key_changed_by_the_cli_while_the_gateway_serves_it_changes_at_once(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """The gateway keeps key records between changes; the CLI writes the SQLite file from another process,
+    and its change must still apply to the very next request."""
+    config = billing_config(fake_openai, tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    conf = ("--config", str(path))
+    key = cli_json("keys", "create", "--name", "a", "--credits", "1", *conf)
+    with GatewayServer(config) as gw:
+        auth = {"Authorization": f"Bearer {key['key']}"}
+        assert [httpx.get(gw.base_url + "/models", headers=auth).status_code for _ in range(3)] == [200] * 3
+        rotated = cli_json("keys", "rotate", key["id"], *conf)
+        assert httpx.get(gw.base_url + "/models", headers=auth).status_code == 401
+        auth = {"Authorization": f"Bearer {rotated['key']}"}
+        assert [httpx.get(gw.base_url + "/models", headers=auth).status_code for _ in range(3)] == [200] * 3
+        cli_json("keys", "revoke", key["id"], *conf)
+        r = httpx.get(gw.base_url + "/models", headers=auth)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "revoked_api_key"

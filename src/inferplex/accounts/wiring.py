@@ -13,7 +13,7 @@ from inferplex.limits.memory import MemoryLimits
 from inferplex.limits.redis import RedisLimits
 from inferplex.limits.slots import FairSlots
 from inferplex.store.engine import Database, default_url
-from inferplex.store.key_cache import KeyCache
+from inferplex.store.key_cache import CountedKeyCache, KeyCache, NotifiedKeyCache
 from inferplex.store.keys import KeyStore
 from inferplex.store.ledger import Ledger
 from inferplex.store.usage import UsageStore
@@ -50,9 +50,12 @@ class AccountServices:
     async def start(cls, config: Config, master_key: str) -> AccountServices:
         db = Database(database_url(config), config.storage.pool_size)
         await db.migrate()
-        cache = None if db.is_sqlite else KeyCache(db.dsn)
-        if cache is not None:
-            cache.start()
+        cache: KeyCache
+        if db.is_sqlite:
+            cache = CountedKeyCache(db.key_generation)
+        else:
+            cache = notified = NotifiedKeyCache(db.dsn)
+            notified.start()
         keys, ledger, usage = KeyStore(db, cache), Ledger(db), UsageStore(db)
         usage_log = UsageLog(usage)
         usage_log.start()

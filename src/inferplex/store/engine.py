@@ -124,6 +124,17 @@ class Database:
         rows: list[Mapping[str, Any]] = await pool.fetch(sql, *args)
         return rows
 
+    def key_generation(self) -> int | None:
+        """SQLite: `key_changes.generation` (migration 0003) read on the event loop's own connection, or None
+        if it cannot be read right now (the file busy, or no file)."""
+        if self._loop_reader is None:
+            return None
+        try:
+            row = self._loop_reader.execute("SELECT generation FROM key_changes").fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return None if row is None else int(row[0])
+
     @property
     def dsn(self) -> str:
         """PostgreSQL: the URL as asyncpg takes it."""

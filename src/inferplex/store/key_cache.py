@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -31,35 +32,65 @@ APPLICATION = "inferplex-key-changes"  # how the notification connection shows i
 
 
 class KeyCache:
-    def __init__(self, dsn: str, *, size: int = 10_000, check_s: float = 5.0) -> None:
-        self._dsn = dsn
+    """The entries, valid for one generation of the keys table. `now()` is the current generation, or None
+    when it cannot be known (then nothing is served from, or kept in, the cache)."""
+
+    def __init__(self, size: int = 10_000) -> None:
         self._size = size
-        self._check_s = check_s
         self._entries: dict[Any, Any] = {}
-        self.generation = 0
+        self._generation: int | None = None
+
+    def now(self) -> int | None:
+        raise NotImplementedError
+
+    def get(self, key: Any, generation: int) -> Any:
+        if generation != self._generation:
+            self._entries.clear()
+            self._generation = generation
+            return None
+        return self._entries.get(key)
+
+    def put(self, key: Any, value: Any, generation: int) -> None:
+        """Keep `value`, read from the database during `generation`, if nothing changed since."""
+        if generation == self._generation == self.now():
+            if len(self._entries) >= self._size:
+                self._entries.clear()
+            self._entries[key] = value
+
+    async def aclose(self) -> None:
+        return None
+
+
+class CountedKeyCache(KeyCache):
+    """SQLite: the generation is `key_changes.generation`, bumped by triggers, read on every lookup."""
+
+    def __init__(self, read: Callable[[], int | None], size: int = 10_000) -> None:
+        super().__init__(size)
+        self._read = read
+
+    def now(self) -> int | None:
+        return self._read()
+
+
+class NotifiedKeyCache(KeyCache):
+    """PostgreSQL: the generation is a count of notifications, kept while the listening connection is up."""
+
+    def __init__(self, dsn: str, *, size: int = 10_000, check_s: float = 5.0) -> None:
+        super().__init__(size)
+        self._dsn = dsn
+        self._check_s = check_s
+        self._notified = 0
         self.live = False
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._listen(), name="key-cache-listener")
 
-    def get(self, key: Any) -> Any:
-        return self._entries.get(key) if self.live else None
+    def now(self) -> int | None:
+        return self._notified if self.live else None
 
-    def put(self, key: Any, value: Any, generation: int) -> None:
-        """Keep `value`, read from the database during `generation`, if nothing changed since."""
-        if self.live and generation == self.generation:
-            if len(self._entries) >= self._size:
-                self._entries.clear()
-            self._entries[key] = value
-
-    def _drop(self, *_: Any) -> None:
-        self.generation += 1
-        self._entries.clear()
-
-    def _down(self) -> None:
-        self.live = False
-        self._drop()
+    def _changed(self, *_: Any) -> None:
+        self._notified += 1
 
     async def _listen(self) -> None:
         delay = 0.1
@@ -71,8 +102,8 @@ class KeyCache:
                 )
                 lost = asyncio.Event()
                 conn.add_termination_listener(lambda _, lost=lost: lost.set())
-                await conn.add_listener(CHANNEL, self._drop)
-                self._drop()
+                await conn.add_listener(CHANNEL, self._changed)
+                self._changed()  # whatever happened while nobody listened
                 self.live, delay = True, 0.1
                 while not lost.is_set():
                     with contextlib.suppress(TimeoutError):
@@ -84,7 +115,8 @@ class KeyCache:
             except Exception as exc:
                 log.warning("key change notifications unavailable (keys are read on every request): %s", exc)
             finally:
-                self._down()
+                self.live = False
+                self._changed()
                 if conn is not None:
                     conn.terminate()
             await asyncio.sleep(delay)

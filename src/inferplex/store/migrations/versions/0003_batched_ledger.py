@@ -1,4 +1,4 @@
-"""PostgreSQL only: the ledger's batch function, and change notifications for keys and account limits.
+"""The ledger's batch function, and change signals for keys and account limits (both engines).
 
 `inferplex_ledger_batch` applies many balance moves (reservations, settlements) in one call: one round trip
 for every request that moved credits while the previous call ran (store/ledger.py). Each move is the same
@@ -11,7 +11,9 @@ The triggers send `NOTIFY inferplex_keys` when a key, or an account's limits, ch
 writer: the admin API of any replica, the CLI, or SQL by hand. Each replica drops the key records it has
 cached (store/key_cache.py). Balance updates do not fire them (`UPDATE OF` names only the limit columns).
 
-SQLite needs neither: a batch is one group-commit transaction, and keys are read on every request.
+SQLite has no functions and no NOTIFY: a ledger batch is one group-commit transaction, and the triggers
+bump `key_changes.generation` instead, which a replica reads (a few microseconds, on the event loop's own
+connection) before it uses a key record it kept.
 
 Revision ID: 0003
 Revises: 0002
@@ -67,8 +69,24 @@ _TRIGGERS = (
 )
 
 
+_SQLITE = (
+    "CREATE TABLE key_changes (id INTEGER PRIMARY KEY CHECK (id = 1), generation INTEGER NOT NULL)",
+    "INSERT INTO key_changes (id, generation) VALUES (1, 0)",
+    "CREATE TRIGGER inferplex_api_keys_updated AFTER UPDATE ON api_keys "
+    "BEGIN UPDATE key_changes SET generation = generation + 1; END",
+    "CREATE TRIGGER inferplex_api_keys_deleted AFTER DELETE ON api_keys "
+    "BEGIN UPDATE key_changes SET generation = generation + 1; END",
+    "CREATE TRIGGER inferplex_account_limits_updated AFTER UPDATE OF rpm, tpm, max_concurrent ON accounts "
+    "BEGIN UPDATE key_changes SET generation = generation + 1; END",
+    "CREATE TRIGGER inferplex_accounts_deleted AFTER DELETE ON accounts "
+    "BEGIN UPDATE key_changes SET generation = generation + 1; END",
+)
+
+
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
+    if op.get_bind().dialect.name == "sqlite":
+        for statement in _SQLITE:
+            op.execute(statement)
         return
     op.execute(_FUNCTION)
     op.execute(_NOTIFY)
@@ -77,7 +95,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
+    if op.get_bind().dialect.name == "sqlite":
+        for name in ("api_keys_updated", "api_keys_deleted", "account_limits_updated", "accounts_deleted"):
+            op.execute(f"DROP TRIGGER IF EXISTS inferplex_{name}")
+        op.execute("DROP TABLE IF EXISTS key_changes")
         return
     op.execute("DROP TRIGGER IF EXISTS inferplex_account_limits_changed ON accounts")
     op.execute("DROP TRIGGER IF EXISTS inferplex_api_keys_changed ON api_keys")
