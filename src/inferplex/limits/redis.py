@@ -28,20 +28,20 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
-# GCRA over the buckets KEYS[k+1..k+n], with (amount, limit, window_s) for each at ARGV[a+1..a+3n]. All or
+# GCRA over the buckets KEYS[k+1..k+n], with (amount, limit, window_s) for each at v[a+1..a+3n]. All or
 # nothing unless `force` (charge even into debt): returns (0, 0) once applied, else (seconds to wait, index of
 # the bucket that waits longest) with nothing changed. Stored with 17 significant digits: Lua's `tostring`
 # keeps 14, which at UNIX-time magnitudes rounds by up to 50 us, enough to refuse the last request of a burst
 # when a batch of requests shares one `now`.
 _RATES = """
-local function rates(k, a, n, force)
+local function rates(v, k, a, n, force)
   local wait = 0
   local worst = 0
   local tats = {}
   for i = 1, n do
-    local amount = tonumber(ARGV[a + i * 3 - 2])
-    local limit = tonumber(ARGV[a + i * 3 - 1])
-    local window = tonumber(ARGV[a + i * 3])
+    local amount = tonumber(v[a + i * 3 - 2])
+    local limit = tonumber(v[a + i * 3 - 1])
+    local window = tonumber(v[a + i * 3])
     local interval = window / limit
     local tat = tonumber(redis.call('GET', KEYS[k + i]) or '0')
     if tat < now then tat = now end
@@ -77,41 +77,44 @@ end
 _ACQUIRE = _NOW + _SLOT + "return acquire(KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]))"
 
 # Many requests' admissions and finishes in one call (batching.py), each applied in turn as if alone.
-# ARGV: lease_s, then per operation: its kind ('A' admit or 'F' finish), n buckets, m slots, (amount, limit,
-# window_s) per bucket, then per slot (limit, holder) for an admit or holder for a finish. KEYS: the
-# operations' n buckets then m holder zsets, in the same order. One reply string per operation: for an
-# admit "0 -1 <1|0 per slot>" or "<wait> <index of the bucket waiting longest>" (buckets first, slots only if
-# they admitted); "1" for a finish (its buckets charged even into debt, its holders removed).
+# ARGV: lease_s, then one string per operation (one argument each: packing and parsing a dozen per request
+# cost redis-py more than the script costs Redis), its fields separated by spaces: the kind ('A' admit or
+# 'F' finish), n buckets, m slots, (amount, limit, window_s) per bucket, then per slot (limit, holder) for an
+# admit or holder for a finish (holders are request ids, which hold no spaces). KEYS: each operation's n
+# buckets then m holder zsets, in the same order. One reply string per operation: for an admit "0 -1 <1|0
+# per slot>" or "<wait> <index of the bucket waiting longest>" (buckets first, slots only if they admitted);
+# "1" for a finish (its buckets charged even into debt, its holders removed).
 _BATCH = (
     _NOW
     + _RATES
     + _SLOT
     + """
 local lease = tonumber(ARGV[1])
-local a, k = 1, 0
+local k = 0
 local out = {}
-while a < #ARGV do
-  local op, n, m = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  a = a + 3
+for o = 2, #ARGV do
+  local v = {}
+  for w in string.gmatch(ARGV[o], '%S+') do v[#v + 1] = w end
+  local op, n, m = v[1], tonumber(v[2]), tonumber(v[3])
+  local a = 3
   local reply = '1'
   if op == 'A' then
-    local wait, worst = rates(k, a, n, false)
+    local wait, worst = rates(v, k, a, n, false)
     a, k = a + n * 3, k + n
     if wait > 0 then
       reply = tostring(wait) .. ' ' .. tostring(worst - 1)
     else
       reply = '0 -1'
       for j = 1, m do
-        reply = reply .. ' ' .. acquire(KEYS[k + j], tonumber(ARGV[a + j * 2 - 1]), ARGV[a + j * 2], lease)
+        reply = reply .. ' ' .. acquire(KEYS[k + j], tonumber(v[a + j * 2 - 1]), v[a + j * 2], lease)
       end
     end
-    a, k = a + m * 2, k + m
   else
-    if n > 0 then rates(k, a, n, true) end
+    if n > 0 then rates(v, k, a, n, true) end
     a, k = a + n * 3, k + n
-    for j = 1, m do redis.call('ZREM', KEYS[k + j], ARGV[a + j]) end
-    a, k = a + m, k + m
+    for j = 1, m do redis.call('ZREM', KEYS[k + j], v[a + j]) end
   end
+  k = k + m
   out[#out + 1] = reply
 end
 return out
@@ -132,7 +135,7 @@ class _Op:
     """One request's admission or finish, in the shape of the batch script's arguments."""
 
     keys: list[str]
-    args: list[Any]
+    fields: str
     holds: tuple[Hold, ...] = ()
 
 
@@ -179,8 +182,7 @@ class RedisLimits:
 
     async def _run(self, ops: list[_Op]) -> list[bytes]:
         keys = [k for op in ops for k in op.keys]
-        args: list[Any] = [self.lease_s, *(x for op in ops for x in op.args)]
-        replies: list[bytes] = await self._script(keys=keys, args=args)
+        replies: list[bytes] = await self._script(keys=keys, args=[self.lease_s, *(op.fields for op in ops)])
         return replies
 
     def _orphaned(self, op: _Op, reply: bytes) -> None:
@@ -192,18 +194,17 @@ class RedisLimits:
             self._orphans.add(task)
             task.add_done_callback(self._orphans.discard)
 
-    def _rates(self, rates: Sequence[Rate]) -> tuple[list[str], list[Any]]:
-        keys = [self.prefix + "rate:" + r.key for r in rates]
-        return keys, [x for r in rates for x in (r.amount, r.limit, r.window_s)]
+    def _op(self, kind: str, rates: Sequence[Rate], slots: list[str], slot_fields: list[Any]) -> tuple[list[str], str]:
+        keys = [self.prefix + "rate:" + r.key for r in rates] + [self.prefix + "conc:" + key for key in slots]
+        fields = [kind, len(rates), len(slots), *(x for r in rates for x in (r.amount, r.limit, r.window_s))]
+        return keys, " ".join(map(str, fields + slot_fields))
 
     async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
         if not rates and not holds:
             return 0.0, -1, ()
-        keys, args = self._rates(rates)
-        keys += [self.prefix + "conc:" + h.key for h in holds]
-        args = ["A", len(rates), len(holds), *args, *(x for h in holds for x in (h.limit, h.holder))]
+        keys, fields = self._op("A", rates, [h.key for h in holds], [x for h in holds for x in (h.limit, h.holder)])
         try:
-            out = (await self._batch.submit(_Op(keys, args, tuple(holds)))).split()
+            out = (await self._batch.submit(_Op(keys, fields, tuple(holds)))).split()
         except (RedisError, OSError, TimeoutError) as exc:
             self._failed("admit", exc)
             return 0.0, -1, tuple(True for _ in holds)  # failing open: nothing is enforced
@@ -216,11 +217,9 @@ class RedisLimits:
         charges = [r for r in charges if r.amount > 0]
         if not charges and not releases:
             return
-        keys, args = self._rates(charges)
-        keys += [self.prefix + "conc:" + k for k, _ in releases]
-        args = ["F", len(charges), len(releases), *args, *(holder for _, holder in releases)]
+        keys, fields = self._op("F", charges, [k for k, _ in releases], [holder for _, holder in releases])
         try:
-            await self._batch.submit(_Op(keys, args))
+            await self._batch.submit(_Op(keys, fields))
         except (RedisError, OSError, TimeoutError) as exc:
             log.warning("redis limit store unavailable during finish: %s", exc)
 
