@@ -1,8 +1,9 @@
 """Authentication with stored API keys and signed tokens, beside the master key.
 
-Every credential is checked against the database on every request (one indexed lookup), never a cache, so
-a revocation, expiry or rotation takes effect at once on every replica, for keys and for tokens minted from
-them. Errors never echo the credential.
+Every credential is checked against its key's record on every request, and a replica uses a record it
+kept only while the database says no key has changed since (store/key_cache.py), so a revocation, expiry
+or rotation takes effect at once on every replica, for keys and for tokens minted from them. Errors never
+echo the credential.
 """
 
 from __future__ import annotations

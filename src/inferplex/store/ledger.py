@@ -1,13 +1,13 @@
 """Accounts and their credit ledger: every change to a balance is one ledger row in the same transaction.
 
-A reservation is one conditional statement, `UPDATE accounts SET balance = balance + :a WHERE id = :id AND
-balance + :a >= 0 RETURNING balance` (a is negative): on PostgreSQL row locking makes it atomic under any
-concurrency; on SQLite the database serializes writers (see store/engine.py). So a balance never goes below
-what was reserved, and `balance == sum(ledger.amount)` holds after every transaction.
-
-Reservations and settlements made while another batch is in flight go together in the next (batching.py):
-one transaction, on PostgreSQL one round trip to the function of migration 0003, which runs the same
-statements in the same order as the SQLite path here (`_order`).
+Reservations and settlements made while another batch is in flight go together in the next (batching.py),
+one transaction per batch, each move applied as if alone in the same order on both engines (`_order`: by
+account, settlements first). On PostgreSQL the batch is one call to the function of migration 0003, where a
+reservation is one conditional statement, `UPDATE accounts SET balance = balance + :a WHERE id = :id AND
+balance + :a >= 0 RETURNING balance` (a is negative), atomic under any concurrency by row locking. On
+SQLite the writer holds the database's write lock for the whole batch (store/engine.py), so it reads each
+account's balance once, applies the moves to it, and writes it back once. Either way a balance never goes
+below what was reserved, and `balance == sum(ledger.amount)` holds after every transaction.
 """
 
 from __future__ import annotations

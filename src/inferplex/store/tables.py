@@ -1,4 +1,6 @@
-"""The schema, as SQLAlchemy Core tables. Migrations (store/migrations) create exactly this.
+"""The schema, as SQLAlchemy Core tables. Migrations (store/migrations) create exactly this, plus what
+only the migrations touch: on SQLite the `key_changes` counter, on PostgreSQL a function, and on both the
+triggers that signal key changes (migration 0003).
 
 Money columns are BIGINT micro-USD. Times are float UNIX seconds: one representation on every engine, and
 cheap to compare. JSON columns hold lists and small mappings (scopes, patterns, tags, metadata).
