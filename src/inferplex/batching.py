@@ -58,6 +58,8 @@ class Batcher(Generic[I, O]):
                     continue
                 try:
                     results = await self._run([item for item, _ in batch])
+                    if len(results) != len(batch):
+                        raise RuntimeError(f"a batch of {len(batch)} got {len(results)} results")
                 except asyncio.CancelledError:  # shutdown: nobody will hear of these
                     for _, future in batch + self._queue:
                         future.cancel()

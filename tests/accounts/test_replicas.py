@@ -99,6 +99,27 @@ def test_a_rate_limit_admits_exactly_n_across_both_replicas(replicas: list[str])
     assert statuses.count(200) == 7 and statuses.count(429) == 13
 
 
+def test_an_exact_budget_holds_across_both_replicas(replicas: list[str]) -> None:
+    """Both replicas batch the reservations of their concurrent requests against one account: together they
+    admit exactly what the balance covers (`priced` with max_tokens=2 reserves and costs 6 micro-USD)."""
+    admin = Admin(replicas[0], MASTER)
+    created = admin.create_key(credits_micros=300)
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=200)) as client:
+            calls = [_post(client, replicas[i % 2], created["key"], "priced") for i in range(200)]
+            return await asyncio.gather(*calls)  # type: ignore[no-any-return]
+
+    responses = asyncio.run(burst())
+    assert [r.status_code for r in responses].count(200) == 50
+    assert {r.json()["error"]["code"] for r in responses if r.status_code != 200} == {"insufficient_credits"}
+    entries = admin.ledger(created["account_id"])
+    assert admin.account(created["account_id"])["balance_micros"] == 0 == sum(e["amount_micros"] for e in entries)
+    kinds = [e["kind"] for e in entries]
+    assert (kinds.count("reserve"), kinds.count("settle")) == (50, 50)
+    admin.close()
+
+
 def test_a_concurrency_limit_holds_across_both_replicas(replicas: list[str], fake_openai: FakeOpenAI) -> None:
     admin = Admin(replicas[1], MASTER)
     created = admin.create_key(credits_micros=100_000, max_concurrent=2)
