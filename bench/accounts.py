@@ -182,7 +182,18 @@ def run_reference(upstream: str, tmp: Path, args: argparse.Namespace) -> dict[st
         proc.wait(15)
 
 
-def _pg(statement: str) -> None:
+def drop_redis_prefix(prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = list(client.scan_iter(prefix + "*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+def pg_admin(statement: str) -> None:
+    """Run one statement (CREATE or DROP DATABASE) on the local PostgreSQL's `postgres` database."""
     import asyncpg
 
     async def run() -> None:
@@ -223,7 +234,7 @@ def main() -> int:
             db = "inferplex_bench_" + secrets.token_hex(4)
             prefix = f"inferplex_bench:{secrets.token_hex(4)}:"
             try:
-                _pg(f'CREATE DATABASE "{db}"')
+                pg_admin(f'CREATE DATABASE "{db}"')
             except OSError as exc:
                 print(f"PostgreSQL unreachable ({exc}); skipping key-postgres-redis", file=sys.stderr)
             else:
@@ -233,14 +244,8 @@ def main() -> int:
                     storage = {**pg, "redis_url": REDIS_URL, "redis_prefix": prefix}
                     rows.append(run_gateway("key-postgres-redis", config(up, tmp, storage), tmp, True, args))
                 finally:
-                    _pg(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-                    import redis
-
-                    client = redis.Redis.from_url(REDIS_URL)
-                    keys = list(client.scan_iter(prefix + "*"))
-                    if keys:
-                        client.delete(*keys)
-                    client.close()
+                    pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+                    drop_redis_prefix(prefix)
     finally:
         upstream.terminate()
         upstream.wait(15)

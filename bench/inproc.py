@@ -173,30 +173,15 @@ def _storage(keyed: str | None, stack: contextlib.ExitStack) -> str:
     """The `storage:` section for `--keyed`; a PostgreSQL database and Redis prefix dropped when `stack` closes."""
     if keyed in (None, "sqlite"):
         return ""
-    import asyncpg
-    import redis
+    from accounts import drop_redis_prefix, pg_admin
 
     db, prefix = "inferplex_inproc_" + os.urandom(4).hex(), f"inferplex_inproc:{os.urandom(4).hex()}:"
 
-    def admin(statement: str) -> None:
-        async def run() -> None:
-            conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
-            try:
-                await conn.execute(statement)
-            finally:
-                await conn.close()
-
-        asyncio.run(run())
-
     def clean() -> None:
-        admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
-        keys = list(client.scan_iter(prefix + "*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
+        pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        drop_redis_prefix(prefix)
 
-    admin(f'CREATE DATABASE "{db}"')
+    pg_admin(f'CREATE DATABASE "{db}"')
     stack.callback(clean)
     url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}"
     extra = f", redis_url: 'redis://127.0.0.1:6379/0', redis_prefix: '{prefix}'" if keyed == "postgres-redis" else ""
