@@ -42,12 +42,17 @@ class Batcher(Generic[I, O]):
 
     async def submit(self, item: I) -> O:
         """`item` applied with whatever else is queued; its result, or the exception the batch raised."""
+        return await self.enqueue(item)
+
+    def enqueue(self, item: I) -> asyncio.Future[O]:
+        """Queue `item` now (it will be applied, whatever the caller does next); its result comes in the
+        future. Lets a caller queue several items before it waits, so none depends on its staying around."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[O] = loop.create_future()
         self._queue.append((item, future))
         if self._drainer is None:
             self._drainer = loop.create_task(self._drain())
-        return await future
+        return future
 
     async def _drain(self) -> None:
         try:

@@ -5,16 +5,16 @@ buckets; then a concurrency slot for each (waiting in a fair queue up to `max_qu
 worst-case cost reserved from the account in one atomic statement.
 settle (exactly once): the real cost from the upstream's usage (or, for a stream cut before its usage
 chunk, from the characters produced), the ledger adjusted to it, output tokens charged to the token
-buckets, slots released, and one usage row queued. It runs shielded, so a caller who hangs up mid-stream
-cannot interrupt the bookkeeping.
+buckets, slots released, and one usage row queued. All of it is queued with the stores before settlement
+first waits, so a caller who hangs up mid-stream cannot interrupt the bookkeeping.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from inferplex.accounts.limits import Limits, PrincipalLimits
@@ -84,7 +84,6 @@ class AccountGuard:
         self.slots = slots
         self.usage = usage
         self.config = config
-        self._background: set[asyncio.Task[None]] = set()
 
     async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
         p = ctx.principal
@@ -212,17 +211,6 @@ class AccountGuard:
                 row["response_body"] = completion_from_chunks(ctx.streamed)
         self.usage.record(row)
 
-    async def aclose(self) -> None:
-        """Wait for the settlements still running: a graceful shutdown books every request it answered."""
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
-
-    def run_shielded(self, work: Any) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return task
-
 
 class _Admission:
     def __init__(
@@ -251,8 +239,8 @@ class _Admission:
             last = ctx.attempt_log[-1].status if ctx.attempt_log else None
             status = last if last and last >= 400 else 502
         if self._books(ctx, tokens, cost):
-            await asyncio.shield(self.guard.run_shielded(self._book(ctx, tokens, cost, status)))
-        else:  # nothing to await (no account, token limit or slot): no task to shield it in
+            await self._book(ctx, tokens, cost, status)
+        else:  # nothing for a store
             self.guard._log(ctx, self.model, self.request, status, tokens, cost)
 
     def _books(self, ctx: Context, tokens: Tokens, cost: int) -> bool:
@@ -262,22 +250,31 @@ class _Admission:
         return bool(tokens.completion) and any(lim.tpm for _, lim in self.scopes)
 
     async def _book(self, ctx: Context, tokens: Tokens, cost: int, status: int) -> None:
+        """Everything is queued before the first await (batching.py): a caller who hangs up mid-stream, and
+        so cancels this, cannot interrupt the bookkeeping; the waits only report how it went."""
         g, p = self.guard, ctx.principal
+        settled = None
+        if p.account_id is not None and (self.reserved or cost):
+            settled = g.ledger.settle_soon(
+                p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id
+            )
+        # Output tokens charged and slots given back in one round trip (zero charges are skipped).
+        charges = [Rate(f"{n}:tpm", tokens.completion, lim.tpm, WINDOW_S) for n, lim in self.scopes if lim.tpm]
+        finished = g.limits.finish(charges, [(h.key, h.holder) for h in self.held])
+        if self.held:  # then the head waiter for each slot on this replica may ask for it
+            finished.add_done_callback(partial(_released, g.slots, [h.key for h in self.held]))
+        g._log(ctx, self.model, self.request, status, tokens, cost)
         try:
-            if p.account_id is not None and (self.reserved or cost):
-                await g.ledger.settle(p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id)
+            if settled is not None and await settled is None:
+                log.error("settlement of request %s found no account %s", ctx.request_id, p.account_id)
         except Exception:
             log.exception("settlement failed for request %s", ctx.request_id)
-        finally:
-            # Output tokens charged and slots given back in one round trip.
-            charges = [Rate(f"{n}:tpm", tokens.completion, lim.tpm, WINDOW_S) for n, lim in self.scopes if lim.tpm]
-            try:
-                await g.limits.finish(charges, [(h.key, h.holder) for h in self.held])  # zero charges are skipped
-            except Exception:
-                log.exception("could not give back the limits of request %s", ctx.request_id)
-            for h in self.held:
-                g.slots.released(h.key)
-            g._log(ctx, self.model, self.request, status, tokens, cost)
+        await finished
+
+
+def _released(slots: FairSlots, keys: list[str], _: object) -> None:
+    for key in keys:
+        slots.released(key)
 
 
 def cost_field(ctx: Context) -> dict[str, Any]:

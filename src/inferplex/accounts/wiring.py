@@ -68,7 +68,6 @@ class AccountServices:
         return cls(config, db, keys, ledger, usage, usage_log, limits, guard, auth, secret)
 
     async def aclose(self) -> None:
-        await self.guard.aclose()  # settlements still running
         await self.ledger.aclose()
         await self.usage_log.aclose()
         await self.limits.aclose()

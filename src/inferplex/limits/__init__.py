@@ -7,6 +7,7 @@ concurrency limit is a set of holders with leases. `slots.FairSlots` adds the FI
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
@@ -46,9 +47,10 @@ class LimitStore(Protocol):
         its key nothing). Only when the rates admitted, `try_acquire` each hold; returned: which were taken."""
         ...
 
-    async def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> None:
+    def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> asyncio.Future[None]:
         """One round trip for what a request gives back: `charges` charged unconditionally (the tokens were
-        already used: buckets may go into debt), then `release` each (key, holder)."""
+        already used: buckets may go into debt), then `release` each (key, holder). Queued before it
+        returns, so it is applied even if the caller leaves; the future says when it was (or the error)."""
         ...
 
     async def in_use(self, key: str) -> int: ...

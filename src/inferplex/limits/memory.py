@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 
@@ -38,11 +39,7 @@ class MemoryLimits:
         return True
 
     async def release(self, key: str, holder: str) -> None:
-        holders = self._holders.get(key)
-        if holders is not None:
-            holders.discard(holder)
-            if not holders:
-                del self._holders[key]
+        await self.finish((), [(key, holder)])
 
     async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
         wait, worst = self._apply(rates, force=False)
@@ -50,10 +47,17 @@ class MemoryLimits:
             return wait, worst, tuple(False for _ in holds)
         return wait, worst, tuple([await self.try_acquire(h.key, h.limit, h.holder) for h in holds])
 
-    async def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> None:
+    def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> asyncio.Future[None]:
         self._apply([r for r in charges if r.amount > 0], force=True)
         for key, holder in releases:
-            await self.release(key, holder)
+            holders = self._holders.get(key)
+            if holders is not None:
+                holders.discard(holder)
+                if not holders:
+                    del self._holders[key]
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     async def in_use(self, key: str) -> int:
         return len(self._holders.get(key, ()))

@@ -130,6 +130,14 @@ return redis.call('ZCARD', KEYS[1])
 )
 
 
+def _finished(sent: asyncio.Future[bytes], done: asyncio.Future[None]) -> None:
+    """A finish is given back on a best-effort basis when Redis is down (slots expire with their lease)."""
+    if not sent.cancelled() and sent.exception() is not None:
+        log.warning("redis limit store unavailable during finish: %s", sent.exception())
+    if not done.done():
+        done.set_result(None)
+
+
 @dataclass(frozen=True, slots=True)
 class _Op:
     """One request's admission or finish, in the shape of the batch script's arguments."""
@@ -160,7 +168,6 @@ class RedisLimits:
         self._script = self.redis.register_script(_BATCH)
         # Every request's admit and finish go through here: concurrent ones share one script call.
         self._batch: Batcher[_Op, bytes] = Batcher(self._run, orphaned=self._orphaned)
-        self._orphans: set[asyncio.Task[None]] = set()
 
     def _failed(self, what: str, exc: BaseException) -> None:
         log.warning("redis limit store unavailable during %s: %s", what, exc)
@@ -190,9 +197,7 @@ class RedisLimits:
         taken = reply.split()[2:]
         releases = [(h.key, h.holder) for h, ok in zip(op.holds, taken, strict=False) if ok == b"1"]
         if releases:
-            task = asyncio.get_running_loop().create_task(self.finish((), releases))
-            self._orphans.add(task)
-            task.add_done_callback(self._orphans.discard)
+            self.finish((), releases)  # queued at once; a failure is logged by `_finished`
 
     def _op(self, kind: str, rates: Sequence[Rate], slots: list[str], slot_fields: list[Any]) -> tuple[list[str], str]:
         keys = [self.prefix + "rate:" + r.key for r in rates] + [self.prefix + "conc:" + key for key in slots]
@@ -213,21 +218,19 @@ class RedisLimits:
             return wait, int(out[1]), tuple(False for _ in holds)
         return 0.0, -1, tuple(x == b"1" for x in out[2:])
 
-    async def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> None:
+    def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> asyncio.Future[None]:
         charges = [r for r in charges if r.amount > 0]
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not charges and not releases:
-            return
+            done.set_result(None)
+            return done
         keys, fields = self._op("F", charges, [k for k, _ in releases], [holder for _, holder in releases])
-        try:
-            await self._batch.submit(_Op(keys, fields))
-        except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("redis limit store unavailable during finish: %s", exc)
+        self._batch.enqueue(_Op(keys, fields)).add_done_callback(lambda sent: _finished(sent, done))
+        return done
 
     async def in_use(self, key: str) -> int:
         return int(await self._count(keys=[self.prefix + "conc:" + key]))
 
     async def aclose(self) -> None:
         await self._batch.aclose()
-        if self._orphans:
-            await asyncio.gather(*self._orphans, return_exceptions=True)
         await self.redis.aclose()

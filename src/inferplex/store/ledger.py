@@ -134,10 +134,16 @@ class Ledger:
 
     async def settle(self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None) -> int:
         """Return the unused part of a reservation (or take the overrun): one `settle` row of reserved-actual."""
-        balance = await self._batch.submit(Move(account_id, "settle", reserved - actual, False, request_id, key_id))
+        balance = await self.settle_soon(account_id, reserved, actual, request_id=request_id, key_id=key_id)
         if balance is None:
             raise KeyError(account_id)
         return balance
+
+    def settle_soon(
+        self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None
+    ) -> asyncio.Future[int | None]:
+        """`settle`, queued before this returns: the balance after it comes in the future (None: no account)."""
+        return self._batch.enqueue(Move(account_id, "settle", reserved - actual, False, request_id, key_id))
 
     async def credit(self, account_id: str, amount: int, *, kind: str = "topup", note: str | None = None) -> int:
         """A top-up (or refund, kind='refund'); a negative amount is an adjustment downwards."""
