@@ -148,6 +148,23 @@ async def test_a_reservation_whose_caller_is_cancelled_in_flight_is_given_back(d
     assert found is not None and found.balance_micros == 1000 == await ledger.ledger_sum(account.id)
 
 
+async def test_a_settlement_whose_caller_is_cancelled_before_it_is_sent_is_still_booked(db: Database) -> None:
+    ledger = Ledger(db)
+    account = await ledger.create_account("a")
+    await ledger.credit(account.id, 1000)
+    assert await ledger.reserve(account.id, 600, request_id="r1", key_id=None) == 400
+    caller = asyncio.create_task(ledger.settle(account.id, 600, 250, request_id="r1", key_id=None))
+    await asyncio.sleep(0)  # the caller queued its move; the batch has not left yet
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await ledger.aclose()
+    entries = [(e["kind"], e["amount_micros"]) for e in reversed(await ledger.entries(account.id))]
+    assert entries == [("topup", 1000), ("reserve", -600), ("settle", 350)]
+    found = await ledger.account(account.id)
+    assert found is not None and found.balance_micros == 750 == await ledger.ledger_sum(account.id)
+
+
 async def test_usage_rows_filters_and_totals(db: Database) -> None:
     store = UsageStore(db)
     now = time.time()
