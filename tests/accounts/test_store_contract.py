@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -131,21 +132,32 @@ async def test_a_batch_of_moves_is_applied_one_by_one_settlements_first(db: Data
     assert kinds == [(None, 100), ("r0", 50), ("r2", -60), ("r5", -60)]
 
 
-async def test_a_reservation_whose_caller_is_cancelled_in_flight_is_given_back(db: Database) -> None:
-    ledger = Ledger(db)
-    account = await ledger.create_account("a")
-    await ledger.credit(account.id, 1000)
-    caller = asyncio.create_task(ledger.reserve(account.id, 600, request_id="r1", key_id=None))
-    for _ in range(3):  # the caller queues its move, and the batch is sent
+async def _cancel_after(call: Coroutine[Any, Any, object], turns: int) -> None:
+    """Start `call`, let the event loop turn `turns` times, then cancel it: its caller has hung up."""
+    caller = asyncio.create_task(call)
+    for _ in range(turns):
         await asyncio.sleep(0)
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
+
+
+async def _books(ledger: Ledger, account_id: str) -> tuple[list[tuple[str, int]], int]:
+    """The account's ledger rows (kind, amount), oldest first, and its balance, which must be their sum."""
+    entries = [(e["kind"], e["amount_micros"]) for e in reversed(await ledger.entries(account_id))]
+    found = await ledger.account(account_id)
+    assert found is not None and found.balance_micros == await ledger.ledger_sum(account_id)
+    return entries, found.balance_micros
+
+
+async def test_a_reservation_whose_caller_is_cancelled_in_flight_is_given_back(db: Database) -> None:
+    ledger = Ledger(db)
+    account = await ledger.create_account("a")
+    await ledger.credit(account.id, 1000)
+    # Three turns: the caller queues its move, and the batch is sent.
+    await _cancel_after(ledger.reserve(account.id, 600, request_id="r1", key_id=None), 3)
     await ledger.aclose()  # the batch lands, and the orphaned reservation is refunded
-    entries = [(e["kind"], e["amount_micros"]) for e in reversed(await ledger.entries(account.id))]
-    assert entries == [("topup", 1000), ("reserve", -600), ("settle", 600)]
-    found = await ledger.account(account.id)
-    assert found is not None and found.balance_micros == 1000 == await ledger.ledger_sum(account.id)
+    assert await _books(ledger, account.id) == ([("topup", 1000), ("reserve", -600), ("settle", 600)], 1000)
 
 
 async def test_a_settlement_whose_caller_is_cancelled_before_it_is_sent_is_still_booked(db: Database) -> None:
@@ -153,16 +165,10 @@ async def test_a_settlement_whose_caller_is_cancelled_before_it_is_sent_is_still
     account = await ledger.create_account("a")
     await ledger.credit(account.id, 1000)
     assert await ledger.reserve(account.id, 600, request_id="r1", key_id=None) == 400
-    caller = asyncio.create_task(ledger.settle(account.id, 600, 250, request_id="r1", key_id=None))
-    await asyncio.sleep(0)  # the caller queued its move; the batch has not left yet
-    caller.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await caller
+    # One turn: the caller queued its move; the batch has not left yet.
+    await _cancel_after(ledger.settle(account.id, 600, 250, request_id="r1", key_id=None), 1)
     await ledger.aclose()
-    entries = [(e["kind"], e["amount_micros"]) for e in reversed(await ledger.entries(account.id))]
-    assert entries == [("topup", 1000), ("reserve", -600), ("settle", 350)]
-    found = await ledger.account(account.id)
-    assert found is not None and found.balance_micros == 750 == await ledger.ledger_sum(account.id)
+    assert await _books(ledger, account.id) == ([("topup", 1000), ("reserve", -600), ("settle", 350)], 750)
 
 
 async def test_usage_rows_filters_and_totals(db: Database) -> None:
