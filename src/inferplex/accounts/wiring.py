@@ -50,12 +50,8 @@ class AccountServices:
     async def start(cls, config: Config, master_key: str) -> AccountServices:
         db = Database(database_url(config), config.storage.pool_size)
         await db.migrate()
-        cache: KeyCache
-        if db.is_sqlite:
-            cache = CountedKeyCache(db.key_generation)
-        else:
-            cache = notified = NotifiedKeyCache(db.dsn)
-            notified.start()
+        cache: KeyCache = CountedKeyCache(db.key_generation) if db.is_sqlite else NotifiedKeyCache(db.dsn)
+        cache.start()
         keys, ledger, usage = KeyStore(db, cache), Ledger(db), UsageStore(db)
         usage_log = UsageLog(usage)
         usage_log.start()

@@ -114,14 +114,12 @@ class Database:
                 with contextlib.suppress(sqlite3.OperationalError):
                     return first_row(self._loop_reader, statement, params)
             return await self._on(self._reader_threads, self._reader, lambda conn: row_of(conn, statement, params))
-        pool = self._driver_pool or await self._open_driver_pool()
-        row: Mapping[str, Any] | None = await pool.fetchrow(statement.sql, *statement.args(params))
+        row: Mapping[str, Any] | None = await (await self._pool()).fetchrow(statement.sql, *statement.args(params))
         return row
 
     async def fetch(self, sql: str, *args: Any) -> list[Mapping[str, Any]]:
         """PostgreSQL: run `sql` (asyncpg's $n placeholders) on the driver pool; all its rows."""
-        pool = self._driver_pool or await self._open_driver_pool()
-        rows: list[Mapping[str, Any]] = await pool.fetch(sql, *args)
+        rows: list[Mapping[str, Any]] = await (await self._pool()).fetch(sql, *args)
         return rows
 
     def key_generation(self) -> int | None:
@@ -139,6 +137,9 @@ class Database:
     def dsn(self) -> str:
         """PostgreSQL: the URL as asyncpg takes it."""
         return make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+    async def _pool(self) -> asyncpg.Pool:
+        return self._driver_pool or await self._open_driver_pool()
 
     async def _open_driver_pool(self) -> asyncpg.Pool:
         async with self._driver_lock:

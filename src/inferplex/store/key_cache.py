@@ -43,6 +43,9 @@ class KeyCache:
     def now(self) -> int | None:
         raise NotImplementedError
 
+    def start(self) -> None:
+        """Begin watching for changes (called once the event loop runs)."""
+
     def get(self, key: Any, generation: int) -> Any:
         if generation != self._generation:
             self._entries.clear()

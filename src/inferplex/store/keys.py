@@ -105,19 +105,18 @@ class KeyStore:
         return await self._with_account(_BY_ID, key_id)
 
     async def _with_account(self, query: Any, value: str) -> tuple[KeyRecord, AccountLimits] | None:
-        generation = None if self.cache is None else self.cache.now()
-        if generation is not None:
-            assert self.cache is not None
-            found: tuple[KeyRecord, AccountLimits] | None = self.cache.get((query, value), generation)
+        cache = self.cache
+        generation = None if cache is None else cache.now()
+        if cache is not None and generation is not None:
+            found: tuple[KeyRecord, AccountLimits] | None = cache.get((query, value), generation)
             if found is not None:
                 return found
         m = await self.db.fetchrow(self._driver[query], {"v": value})
         if m is None:
             return None
         found = _from_mapping(m), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])
-        if generation is not None:
-            assert self.cache is not None
-            self.cache.put((query, value), found, generation)
+        if cache is not None and generation is not None:
+            cache.put((query, value), found, generation)
         return found
 
     async def get(self, key_id: str) -> KeyRecord | None:
