@@ -83,6 +83,20 @@ def config(upstream: str, tmp: Path, storage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def throughput(url: str, key: str, pid: int, pin: core_bench.Pinning, seconds: int) -> dict[str, Any]:
+    """`wrk -c50` on buffered calls after a 2 s warm-up: req/s, errors, and the server's CPU per request."""
+    core_bench.wrk(url, key, False, 2, 50, pin.load, model="bench-model")
+    c0 = core_bench.cpu_seconds(pid)
+    w = core_bench.wrk(url, key, False, seconds, 50, pin.load, model="bench-model")
+    cpu = core_bench.cpu_seconds(pid) - c0
+    return {
+        "rps": w["rps"],
+        "non_2xx": w["non_2xx"],
+        "socket_errors": w["socket_errors"],
+        "cpu_us_per_req": 1e6 * cpu / max(w["requests"], 1),
+    }
+
+
 def run_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, args: argparse.Namespace) -> dict[str, Any]:
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -124,17 +138,7 @@ def run_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, args: 
         result = asyncio.run(loadgen.run_rate(target, args.rps, args.duration, args.warmup))
         out: dict[str, Any] = {}
         if args.throughput:
-            url = base + "/v1/chat/completions"
-            core_bench.wrk(url, key, False, 2, 50, pin.load, model="bench-model")  # warm-up
-            c0 = core_bench.cpu_seconds(proc.pid)
-            w = core_bench.wrk(url, key, False, args.throughput, 50, pin.load, model="bench-model")
-            cpu = core_bench.cpu_seconds(proc.pid) - c0
-            out["throughput"] = {
-                "rps": w["rps"],
-                "non_2xx": w["non_2xx"],
-                "socket_errors": w["socket_errors"],
-                "cpu_us_per_req": 1e6 * cpu / max(w["requests"], 1),
-            }
+            out["throughput"] = throughput(base + "/v1/chat/completions", key, proc.pid, pin, args.throughput)
             if use_key:
                 admin = {"Authorization": f"Bearer {MASTER}"}
                 time.sleep(1)  # settlements are booked in the background; let the last ones land
@@ -172,11 +176,7 @@ def run_reference(upstream: str, tmp: Path, args: argparse.Namespace) -> dict[st
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
     try:
         wait_http(f"http://127.0.0.1:{port}/health", proc)
-        core_bench.wrk(url, key, False, 2, 50, pin.load, model="bench-model")  # warm-up
-        c0 = core_bench.cpu_seconds(proc.pid)
-        w = core_bench.wrk(url, key, False, args.throughput, 50, pin.load, model="bench-model")
-        cpu = core_bench.cpu_seconds(proc.pid) - c0
-        return {"rps": w["rps"], "non_2xx": w["non_2xx"], "cpu_us_per_req": 1e6 * cpu / max(w["requests"], 1)}
+        return throughput(url, key, proc.pid, pin, args.throughput)
     finally:
         proc.terminate()
         proc.wait(15)
