@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from inferplex.batching import Batcher
 from inferplex.limits import Hold, LimitsUnavailable, Rate
+from inferplex.redis_script import DedicatedScript
 
 log = logging.getLogger("inferplex.limits")
 
@@ -165,7 +166,7 @@ class RedisLimits:
         )
         self._acquire = self.redis.register_script(_ACQUIRE)
         self._count = self.redis.register_script(_COUNT)
-        self._script = self.redis.register_script(_BATCH)
+        self._script = DedicatedScript(self.redis, _BATCH)
         # Every request's admit and finish go through here: concurrent ones share one script call.
         self._batch: Batcher[_Op, bytes] = Batcher(self._run, orphaned=self._orphaned)
 
@@ -233,4 +234,5 @@ class RedisLimits:
 
     async def aclose(self) -> None:
         await self._batch.aclose()
+        await self._script.aclose()
         await self.redis.aclose()

@@ -191,9 +191,11 @@ class RedisCooldowns:
     def __init__(self, url: str, prefix: str) -> None:
         import redis.asyncio as aioredis
 
+        from inferplex.redis_script import DedicatedScript
+
         self._redis: Any = aioredis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
         self._prefix = prefix
-        self._check = self._redis.register_script(_CHECK)
+        self._check = DedicatedScript(self._redis, _CHECK)
         self._failure = self._redis.register_script(_FAILURE)
         self._success = self._redis.register_script(_SUCCESS)
         # Every request checks its deployment: concurrent checks share one script call.
@@ -235,4 +237,5 @@ class RedisCooldowns:
 
     async def aclose(self) -> None:
         await self._checks.aclose()
+        await self._check.aclose()
         await self._redis.aclose()

@@ -1,0 +1,61 @@
+"""A Lua script that a batcher (batching.py) runs on a Redis connection of its own.
+
+A batcher has at most one call in flight, so its script needs no connection pool. redis-py's general path
+(take a connection from the pool, wrap the call in its retry policy, dispatch events, give the connection
+back) cost about a third of the client CPU of each call (docs/benchmarks.md), and it is paid by every keyed
+request, for its limits and for its deployment's breaker.
+
+The script is loaded on first use, and again after a Redis restart forgets it. A call that fails or is
+cancelled halfway drops the connection (redis-py's connection does so itself), so no later call can read a
+reply that was meant for it. A connection that Redis closed while it sat idle (a restart, a proxy's idle
+timeout) is found out only by the next call: that call connects again and runs once more, as redis-py's
+own retry would. A call that fails on a fresh connection fails at once, so an outage costs one connect
+timeout, not several.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+
+
+class DedicatedScript:
+    def __init__(self, client: aioredis.Redis, source: str) -> None:
+        self._pool = client.connection_pool
+        self._source = source
+        self._sha = hashlib.sha1(source.encode()).hexdigest()
+        self._conn: AbstractConnection | None = None
+
+    async def __call__(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        if self._conn is None:
+            self._conn = self._pool.make_connection()  # type: ignore[no-untyped-call]
+        conn = self._conn
+        fresh = not conn.is_connected
+        try:
+            return await self._run(conn, keys, args)
+        except RedisConnectionError:
+            if fresh:
+                raise
+        return await self._run(conn, keys, args)
+
+    async def _run(self, conn: AbstractConnection, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return await self._evalsha(conn, keys, args)
+        except NoScriptError:
+            await conn.send_command("SCRIPT", "LOAD", self._source)
+            await conn.read_response()
+            return await self._evalsha(conn, keys, args)
+
+    async def _evalsha(self, conn: AbstractConnection, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        await conn.send_command("EVALSHA", self._sha, len(keys), *keys, *args)
+        return await conn.read_response()
+
+    async def aclose(self) -> None:
+        if self._conn is not None:
+            await self._conn.disconnect()
