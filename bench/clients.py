@@ -1,5 +1,5 @@
-"""HTTP client micro-benchmark: aiohttp vs httpx (and httpx2 if installed) doing the gateway's upstream call,
-at concurrency 50.
+"""HTTP client micro-benchmark: aiohttp vs httpx (and httpx2, pyreqwest, pyqwest if installed) doing the
+gateway's upstream call, at concurrency 50.
 
 Starts the fake upstream (bench/upstream.py, 0 ms) and, for each client in a fresh process pinned where
 the gateway would run (core 0; upstream on core 1), runs 50 coroutines that POST the same chat body and
@@ -114,11 +114,60 @@ async def run_httpx(
         return await drive(streamed if stream else buffered, concurrency, duration)
 
 
+async def run_pyreqwest(url: str, stream: bool, concurrency: int, duration: float) -> tuple[int, float, float]:
+    """reqwest (Rust) through pyreqwest: its I/O runs on a Tokio thread, counted in this process's CPU."""
+    import orjson
+    from pyreqwest.client import ClientBuilder
+
+    async with ClientBuilder().no_proxy().build() as c:
+
+        async def buffered() -> None:
+            r = await c.post(url).headers(HEADERS).body_bytes(BODY).build().send()
+            orjson.loads(memoryview(await r.bytes()))
+            assert r.status == 200
+
+        async def streamed() -> None:
+            # A read-ahead limit of 0, or the response head waits for 64 KiB of body: no use for SSE.
+            req = c.post(url).headers(HEADERS).body_bytes(SBODY).streamed_read_buffer_limit(0).build_streamed()
+            async with req as r:
+                n = 0
+                while (chunk := await r.body_reader.read_chunk()) is not None:
+                    n += len(chunk)
+                assert r.status == 200 and n
+
+        return await drive(streamed if stream else buffered, concurrency, duration)
+
+
+async def run_pyqwest(url: str, stream: bool, concurrency: int, duration: float) -> tuple[int, float, float]:
+    import orjson
+    import pyqwest
+
+    c = pyqwest.Client(pyqwest.HTTPTransport(enable_otel=False, follow_redirects=False))
+
+    async def buffered() -> None:
+        r = await c.post(url, headers=HEADERS, content=BODY)
+        orjson.loads(r.content)
+        assert r.status == 200
+
+    async def streamed() -> None:
+        async with c.stream("POST", url, headers=HEADERS, content=SBODY) as r:
+            n = 0
+            async for chunk in r.content:
+                n += len(chunk)
+            assert r.status == 200 and n
+
+    return await drive(streamed if stream else buffered, concurrency, duration)
+
+
 def child(client: str, url: str, stream: bool, concurrency: int, duration: float) -> None:
     import uvloop
 
     if client == "aiohttp":
         coro = run_aiohttp(url, stream, concurrency, duration)
+    elif client == "pyreqwest":
+        coro = run_pyreqwest(url, stream, concurrency, duration)
+    elif client == "pyqwest":
+        coro = run_pyqwest(url, stream, concurrency, duration)
     else:
         coro = run_httpx(url, stream, concurrency, duration, module=client)
     n, wall, cpu_s = uvloop.run(coro)
@@ -126,17 +175,19 @@ def child(client: str, url: str, stream: bool, concurrency: int, duration: float
 
 
 def clients() -> list[str]:
-    """aiohttp and httpx; httpx2 (pydantic's fork, a dependency of the openai SDK here) when installed."""
+    """aiohttp and httpx; httpx2 (pydantic's fork, a dependency of the openai SDK here), pyreqwest and pyqwest
+    when installed (`pip install pyreqwest pyqwest`: not dependencies of the gateway)."""
     import importlib.util
 
-    return ["aiohttp", "httpx"] + (["httpx2"] if importlib.util.find_spec("httpx2") else [])
+    optional = ("httpx2", "pyreqwest", "pyqwest")
+    return ["aiohttp", "httpx"] + [name for name in optional if importlib.util.find_spec(name)]
 
 
 def versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {}
-    for p in ("aiohttp", "httpx", "httpcore", "httpx2", "uvloop"):
+    for p in ("aiohttp", "httpx", "httpcore", "httpx2", "pyreqwest", "pyqwest", "uvloop"):
         try:
             out[p] = version(p)
         except PackageNotFoundError:
