@@ -165,8 +165,9 @@ async def test_limits_hold_after_redis_drops_the_connection_and_forgets_the_scri
 
 async def test_a_script_call_cancelled_halfway_leaves_no_reply_for_the_next_call() -> None:
     # Holds Redis ~100 ms, then echoes its argument: the first call is cancelled while Redis is running it.
+    client = aioredis.from_url(REDIS_URL)
     slow = DedicatedScript(
-        aioredis.from_url(REDIS_URL),
+        client,
         "local t = redis.call('TIME') local stop = t[1] * 1000000 + t[2] + 100000 "
         "repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] >= stop return ARGV[1]",
     )
@@ -180,3 +181,4 @@ async def test_a_script_call_cancelled_halfway_leaves_no_reply_for_the_next_call
         assert await slow(keys=[], args=["second"]) == b"second"
     finally:
         await slow.aclose()
+        await client.aclose()
