@@ -246,3 +246,33 @@ def test_db_upgrade_from_the_cli(tmp_path: Path) -> None:
     )
     assert out.returncode == 0 and "newest schema" in out.stdout, out.stderr
     assert (tmp_path / "inferplex.db").exists()
+
+
+def test_limits_hold_through_a_redis_restart(replicas: list[str]) -> None:
+    """Redis drops every gateway connection that ran a limits script and forgets its scripts (what a restart
+    does): the next requests are still counted, on both replicas, with nothing admitted unlimited."""
+    import redis
+
+    admin = Admin(replicas[0], MASTER)
+    key = admin.create_key(credits_micros=100_000, rpm=3)["key"]
+    admin.close()
+
+    def call(url: str) -> int:
+        return asyncio.run(_status(url, key))
+
+    assert call(replicas[0]) == 200
+    server = redis.Redis.from_url(REDIS_URL)
+    try:
+        server.script_flush()
+        scripted = [c["addr"] for c in server.client_list() if c.get("cmd") in ("evalsha", "eval")]
+        assert scripted, "the gateways should hold connections that ran their limit scripts"
+        for addr in scripted:
+            server.client_kill(addr)
+    finally:
+        server.close()
+    assert [call(replicas[1]), call(replicas[0]), call(replicas[1])] == [200, 200, 429]
+
+
+async def _status(url: str, key: str) -> int:
+    async with httpx.AsyncClient(timeout=30) as client:
+        return (await _post(client, url, key, "priced")).status_code  # type: ignore[attr-defined]
