@@ -58,6 +58,20 @@ def redis_prefix() -> Iterator[str]:
     client.close()
 
 
+def restart_redis_scripts() -> int:
+    """What a Redis restart does to the gateway's scripts: forget them all, and close every connection whose
+    last command ran one (so connections that only do other work are left alone). Returns how many closed."""
+    server = redis.Redis.from_url(REDIS_URL)
+    try:
+        server.script_flush()
+        scripted = [c["addr"] for c in server.client_list() if c.get("cmd") in ("evalsha", "eval")]
+        for addr in scripted:
+            server.client_kill(addr)
+        return len(scripted)
+    finally:
+        server.close()
+
+
 def sqlite_url(tmp: Path) -> str:
     return f"sqlite:///{tmp / 'inferplex.db'}"
 

@@ -14,7 +14,7 @@ from inferplex.limits.memory import MemoryLimits
 from inferplex.limits.redis import RedisLimits
 from inferplex.limits.slots import FairSlots
 from inferplex.redis_script import DedicatedScript
-from tests.accounts.conftest import REDIS_URL
+from tests.accounts.conftest import REDIS_URL, restart_redis_scripts
 from tests.gateway_server import free_port
 
 
@@ -139,24 +139,12 @@ async def test_redis_outage_follows_the_policy_without_hanging(fail_open: bool) 
     assert time.monotonic() - start < 5  # a hang would be minutes: this only guards against that
 
 
-async def _kill_connection_of(script: DedicatedScript) -> None:
-    """Close the script's connection from the server's side, as a Redis restart or a proxy timeout would."""
-    assert script._conn is not None and script._conn.is_connected
-    port = script._conn._writer.get_extra_info("sockname")[1]  # type: ignore[union-attr]
-    admin = aioredis.from_url(REDIS_URL)
-    try:
-        assert await admin.execute_command("CLIENT", "KILL", "ADDR", f"127.0.0.1:{port}")
-    finally:
-        await admin.aclose()
-
-
 async def test_limits_hold_after_redis_drops_the_connection_and_forgets_the_script(redis_prefix: str) -> None:
     # Failing closed: had the store not reconnected and reloaded its script, admit would raise.
     store = RedisLimits(REDIS_URL, redis_prefix, fail_open=False)
     try:
         assert await take(store, rate("k", 1, 2)) == (0.0, -1)
-        await store.redis.script_flush()
-        await _kill_connection_of(store._script)
+        assert restart_redis_scripts()
         assert await take(store, rate("k", 1, 2)) == (0.0, -1)
         assert (await take(store, rate("k", 1, 2)))[0] > 0  # the bucket kept its count across the reconnect
     finally:

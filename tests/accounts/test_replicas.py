@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from inferplex.store.engine import ADMIN_POOL
-from tests.accounts.conftest import REDIS_URL, Admin, billing_config
+from tests.accounts.conftest import REDIS_URL, Admin, billing_config, restart_redis_scripts
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import free_port
 
@@ -251,8 +251,6 @@ def test_db_upgrade_from_the_cli(tmp_path: Path) -> None:
 def test_limits_hold_through_a_redis_restart(replicas: list[str]) -> None:
     """Redis drops every gateway connection that ran a limits script and forgets its scripts (what a restart
     does): the next requests are still counted, on both replicas, with nothing admitted unlimited."""
-    import redis
-
     admin = Admin(replicas[0], MASTER)
     key = admin.create_key(credits_micros=100_000, rpm=3)["key"]
     admin.close()
@@ -261,15 +259,7 @@ def test_limits_hold_through_a_redis_restart(replicas: list[str]) -> None:
         return asyncio.run(_status(url, key))
 
     assert call(replicas[0]) == 200
-    server = redis.Redis.from_url(REDIS_URL)
-    try:
-        server.script_flush()
-        scripted = [c["addr"] for c in server.client_list() if c.get("cmd") in ("evalsha", "eval")]
-        assert scripted, "the gateways should hold connections that ran their limit scripts"
-        for addr in scripted:
-            server.client_kill(addr)
-    finally:
-        server.close()
+    assert restart_redis_scripts(), "the gateways should hold connections that ran their limit scripts"
     assert [call(replicas[1]), call(replicas[0]), call(replicas[1])] == [200, 200, 429]
 
 
