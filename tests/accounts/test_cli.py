@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,3 +103,41 @@ def test_a_key_changed_by_the_cli_while_the_gateway_serves_it_changes_at_once(
         cli_json("keys", "revoke", key["id"], *conf)
         r = httpx.get(gw.base_url + "/models", headers=auth)
         assert r.status_code == 401 and r.json()["error"]["code"] == "revoked_api_key"
+
+
+def test_a_revocation_by_the_cli_stops_every_request_sent_after_it_under_load(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Under concurrent load the gateway reads SQLite's key-change count once per pass of its event loop,
+    not once per request; a request sent after the CLI returned must still never see the old key."""
+    config = billing_config(fake_openai, tmp_path)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    conf = ("--config", str(path))
+    key = cli_json("keys", "create", "--name", "a", "--credits", "100", *conf)
+    body = {"model": "priced", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    seen: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def caller() -> None:
+        with httpx.Client(base_url=gw.base_url, headers={"Authorization": f"Bearer {key['key']}"}) as client:
+            while not stop.is_set():
+                sent = time.monotonic()
+                status = client.post("/chat/completions", json=body).status_code
+                seen.append((sent, status))
+
+    with GatewayServer(config) as gw:
+        callers = [threading.Thread(target=caller) for _ in range(8)]
+        for c in callers:
+            c.start()
+        time.sleep(0.5)
+        cli_json("keys", "revoke", key["id"], *conf)
+        revoked = time.monotonic()
+        time.sleep(0.5)
+        stop.set()
+        for c in callers:
+            c.join()
+    before = [status for sent, status in seen if sent < revoked]
+    after = [status for sent, status in seen if sent > revoked]
+    assert before.count(200) > 8 and after, (len(before), len(after))
+    assert set(after) == {401}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from decimal import Decimal
 
 import pytest
@@ -10,6 +11,7 @@ from inferplex.accounts import tokens
 from inferplex.accounts.auth import client_ip, parse_networks
 from inferplex.accounts.pricing import Tokens, cost_micros, estimate_output_tokens, tokens_of
 from inferplex.config import Pricing
+from inferplex.store.key_cache import CountedKeyCache
 
 P = Pricing(input=Decimal("0.15"), output=Decimal("0.60"), cached_input=Decimal("0.075"), cache_write=Decimal("0.3"))
 
@@ -86,3 +88,24 @@ def test_tokens_round_trip_and_refuse_tampering_and_expiry() -> None:
     assert tokens.verify(secret, forged, now=1000) is None
     for bad in ("", "ipxt.", "ipxt..", "ipx-abc", body):
         assert tokens.verify(secret, bad, now=1000) is None
+
+
+async def test_the_sqlite_key_change_count_is_read_once_per_pass_of_the_loop() -> None:
+    """Many lookups in one pass share one read; the next pass (after the loop polled for I/O) reads again,
+    so a change made before that poll is seen, and a kept record of the old generation is not served."""
+    reads: list[int] = []
+    generation = [7]
+
+    def read() -> int:
+        reads.append(generation[0])
+        return generation[0]
+
+    cache = CountedKeyCache(read)
+    assert [cache.now() for _ in range(3)] == [7, 7, 7] and len(reads) == 1
+    assert cache.get("k", cache.now()) is None  # a lookup that missed, then keeps what it read
+    cache.put("k", "record", 7)
+    assert cache.get("k", cache.now()) == "record"
+    generation[0] = 8
+    await asyncio.sleep(0)
+    assert cache.now() == 8 and len(reads) == 2
+    assert cache.get("k", cache.now()) is None

@@ -12,8 +12,8 @@ before, and nothing learned meanwhile is kept. A lookup that raced a notificatio
 before the change, and answers after the notification) does not store its answer: every notification
 starts a new generation, and only an answer read within the current one is kept.
 
-SQLite needs none of this: its lookup is one read on the event loop's own connection (store/engine.py),
-which costs less than keeping a cache valid across processes would.
+SQLite has no notifications; there triggers count changes in `key_changes.generation`, which the replica
+reads instead (`CountedKeyCache`).
 """
 
 from __future__ import annotations
@@ -65,14 +65,32 @@ class KeyCache:
 
 
 class CountedKeyCache(KeyCache):
-    """SQLite: the generation is `key_changes.generation`, bumped by triggers, read on every lookup."""
+    """SQLite: the generation is `key_changes.generation`, bumped by triggers, read at most once per pass of
+    the event loop.
+
+    The read itself is cheap, but under load our own writer commits between any two of them, and each
+    commit makes SQLite drop the reading connection's page cache, so every read went back to the file: about
+    30 µs a request (docs/benchmarks.md). One read per pass is as exact. The value read in a pass is
+    forgotten by a callback queued behind it, which runs before anything that the loop's next poll for I/O
+    brings in; so every request that uses the value had its first byte in before the read, and a change
+    committed before a caller sent its request (a revocation by the CLI, say) is always seen by it."""
 
     def __init__(self, read: Callable[[], int | None], size: int = 10_000) -> None:
         super().__init__(size)
         self._read = read
+        self._this_pass: int | None = None
 
     def now(self) -> int | None:
-        return self._read()
+        if self._this_pass is None:
+            value = self._read()
+            if value is None:
+                return None
+            self._this_pass = value
+            asyncio.get_running_loop().call_soon(self._forget)
+        return self._this_pass
+
+    def _forget(self) -> None:
+        self._this_pass = None
 
 
 class NotifiedKeyCache(KeyCache):
