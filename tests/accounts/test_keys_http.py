@@ -90,6 +90,30 @@ def test_expired_revoked_and_rotated_keys_are_401(server: GatewayServer, admin: 
     assert r.status_code == 401 and r.json()["error"]["code"] == "revoked_api_key"
 
 
+def test_a_key_changed_through_the_admin_api_changes_on_its_next_request(server: GatewayServer, admin: Admin) -> None:
+    """The gateway keeps what it worked out from a key (its principal, its limits) while the key is unchanged;
+    each change must show on the very next request, with and without a token minted from the key."""
+    created = admin.create_key(credits_micros=10**6)
+    minted = httpx.post(server.base_url + "/auth/token", headers={"Authorization": f"Bearer {created['key']}"})
+    token = minted.json()["access_token"]
+    for credential in (created["key"], token):
+        assert [chat(server, credential).status_code for _ in range(3)] == [200] * 3
+    # (change, then what the key and a token minted from it get; a token shares its key's limits)
+    changes: list[tuple[dict[str, object], list[int], str]] = [
+        ({"allowed_models": ["tool-*"]}, [403, 403], "model_not_allowed"),
+        ({"allowed_models": [], "scopes": ["embeddings"]}, [403, 403], "scope_not_allowed"),
+        ({"scopes": ["chat"], "rpm": 1}, [200, 429], "rate_limit_exceeded"),  # one request this minute
+        ({"name": "renamed"}, [429, 429], "rate_limit_exceeded"),  # the limit, and its bucket, stay
+        ({"rpm": None}, [200, 200], ""),
+    ]
+    for change, statuses, code in changes:
+        r = admin.client.patch(f"/admin/keys/{created['id']}", json=change)
+        assert r.status_code == 200, r.text
+        answers = [chat(server, created["key"]), chat(server, token)]
+        assert [a.status_code for a in answers] == statuses, (change, answers[-1].text)
+        assert all(a.json()["error"]["code"] == code for a in answers if a.status_code != 200)
+
+
 def test_token_exchange_and_revocation_kills_tokens_at_once(server: GatewayServer, admin: Admin) -> None:
     created = admin.create_key(scopes=["chat", "models:read"], credits_micros=10**6)
     r = httpx.post(

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 
 from inferplex.accounts.keys import KEY_PREFIX, key_digest, same_digest
-from inferplex.accounts.limits import Limits, PrincipalLimits
+from inferplex.accounts.limits import LimitPlan, Limits
 from inferplex.accounts.tokens import TOKEN_PREFIX, verify
 from inferplex.auth import MASTER, MasterKeyAuth, Principal, credential
 from inferplex.errors import PermissionDenied, Unauthenticated
@@ -52,10 +52,9 @@ def client_ip(peer: str | None, forwarded_for: str | None, trusted: Sequence[Net
 
 def principal_of(record: KeyRecord, account: AccountLimits, scopes: frozenset[str] | None = None) -> Principal:
     key_scopes = frozenset(record.scopes)
-    limits = PrincipalLimits(
-        key=Limits(record.rpm, record.tpm, record.max_concurrent),
-        account=Limits(account.rpm, account.tpm, account.max_concurrent),
-    )
+    limit_scopes = [(f"key:{record.id}", Limits(record.rpm, record.tpm, record.max_concurrent))]
+    if record.account_id:
+        limit_scopes.append((f"acct:{record.account_id}", Limits(account.rpm, account.tpm, account.max_concurrent)))
     return Principal(
         key_id=record.id,
         account_id=record.account_id,
@@ -65,7 +64,7 @@ def principal_of(record: KeyRecord, account: AccountLimits, scopes: frozenset[st
         tags=tuple(record.tags),
         metadata=dict(record.metadata),
         settings={
-            "limits": limits,
+            "limits": LimitPlan.of(limit_scopes),
             DEFAULTS_KEY: list(record.default_processors),
             ENFORCED_KEY: list(record.enforced_processors),
         },
@@ -78,6 +77,7 @@ class KeyAuth:
         self.keys = keys
         self.token_secret = token_secret
         self.trusted = parse_networks(trusted_proxies)
+        self._principals: dict[tuple[int, frozenset[str] | None], tuple[object, Principal]] = {}
 
     async def authenticate(self, request: Request) -> Principal:
         token = credential(request.headers)
@@ -106,10 +106,23 @@ class KeyAuth:
             raise Unauthenticated("Incorrect API key provided.")
         if found is None:
             raise Unauthenticated("Incorrect API key provided.")
-        record, account = found
+        record = found[0]
         self._check_live(record, now)
         self._check_ip(record, request)
-        return principal_of(record, account, scopes)
+        return self._principal(found, scopes)
+
+    def _principal(self, found: tuple[KeyRecord, AccountLimits], scopes: frozenset[str] | None) -> Principal:
+        """`principal_of`, built once per key record: the key store hands back the very same record for as
+        long as it keeps it (store/key_cache.py), so a changed key is a new record and a new principal."""
+        memo = (id(found), scopes)
+        kept = self._principals.get(memo)
+        if kept is not None and kept[0] is found:
+            return kept[1]
+        principal = principal_of(*found, scopes)
+        if len(self._principals) >= 10_000:
+            self._principals.clear()
+        self._principals[memo] = (found, principal)  # holding `found` keeps its id from being reused
+        return principal
 
     @staticmethod
     def _check_live(record: KeyRecord, now: float) -> None:

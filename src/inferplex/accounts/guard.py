@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from inferplex.accounts.limits import Limits, PrincipalLimits
+from inferplex.accounts.limits import NO_LIMITS, LimitPlan
 from inferplex.accounts.pricing import (
     Tokens,
     cost_micros,
@@ -29,7 +29,7 @@ from inferplex.accounts.pricing import (
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import AccountsConfig, ModelConfig, Pricing
 from inferplex.errors import GatewayError, PermissionDenied, RateLimited, Unavailable
-from inferplex.limits import Hold, LimitStore, LimitsUnavailable, Rate
+from inferplex.limits import Hold, LimitStore, LimitsUnavailable
 from inferplex.limits.slots import FairSlots
 from inferplex.pipeline import Admission, Context
 from inferplex.routing.pricing import price_for
@@ -38,8 +38,6 @@ from inferplex.translate.openai_shapes import completion_from_chunks
 from inferplex.usage_log import UsageLog
 
 log = logging.getLogger("inferplex.accounts")
-WINDOW_S = 60.0
-_NO_LIMITS = PrincipalLimits()
 
 
 def worst_case_price(model: ModelConfig) -> list[Pricing]:
@@ -91,13 +89,11 @@ class AccountGuard:
             ctx.streamed = []  # the response is kept for the usage log (a stream's chunks collected here)
         prompt = estimate_prompt_tokens(request)
         ctx.options["prompt_tokens_estimate"] = prompt
-        limits = p.settings.get("limits", _NO_LIMITS)
-        scopes = [(f"key:{p.key_id}", limits.key)]
-        if p.account_id:
-            scopes.append((f"acct:{p.account_id}", limits.account))
+        plan: LimitPlan = p.settings.get("limits", NO_LIMITS)
         held: list[_Held] = []
         try:
-            await self._limits(ctx, scopes, prompt, held)
+            if plan.buckets or plan.slots:
+                await self._limits(ctx, plan, prompt, held)
             reserved = await self._reserve(ctx, model, request, prompt)
         except GatewayError as err:
             await self._release(held)
@@ -108,29 +104,22 @@ class AccountGuard:
             raise Unavailable(
                 "Limits cannot be checked right now; try again shortly.", code="limits_unavailable"
             ) from None
-        return _Admission(self, model, request, reserved, held, scopes)
+        return _Admission(self, model, request, reserved, held, plan)
 
-    async def _limits(self, ctx: Context, scopes: list[tuple[str, Limits]], prompt: int, held: list[_Held]) -> None:
+    async def _limits(self, ctx: Context, plan: LimitPlan, prompt: int, held: list[_Held]) -> None:
         """Rate buckets, then concurrency slots: one store round trip when the slots are free, and a fair
         wait (FairSlots) only for a slot that is not, or that others on this replica already queue for."""
-        rates: list[Rate] = []
-        what: list[str] = []
-        for name, lim in scopes:
-            for suffix, amount, limit in (("rpm", 1, lim.rpm), ("tpm", prompt, lim.tpm)):
-                if limit:
-                    rates.append(Rate(f"{name}:{suffix}", amount, limit, WINDOW_S))
-                    unit = "requests" if suffix == "rpm" else "tokens"
-                    what.append(f"{name.split(':')[0]}: {limit} {unit} per minute")
-        slots = [(name + ":conc", lim.max_concurrent) for name, lim in scopes if lim.max_concurrent]
-        eager = [Hold(key, limit, ctx.request_id) for key, limit in slots if not self.slots.queued(key)]
+        rates = plan.rates(prompt)
+        eager = [Hold(key, limit, ctx.request_id) for key, limit in plan.slots if not self.slots.queued(key)]
         taken: tuple[bool, ...] = ()
         if rates or eager:
             wait, worst, taken = await self.limits.admit(rates, eager)
             if wait > 0:
-                raise RateLimited(f"Rate limit reached for {what[worst]}. Try again in {wait:.1f}s.", retry_after=wait)
+                what = plan.buckets[worst].what
+                raise RateLimited(f"Rate limit reached for {what}. Try again in {wait:.1f}s.", retry_after=wait)
         got = {h.key for h, ok in zip(eager, taken, strict=True) if ok}
         held += [_Held(key, ctx.request_id) for key in got]
-        for key, limit in slots:
+        for key, limit in plan.slots:
             if key not in got:
                 await self._slot(ctx, key, limit, held)
 
@@ -220,14 +209,14 @@ class _Admission:
         request: Any,
         reserved: int,
         held: list[_Held],
-        scopes: list[tuple[str, Limits]],
+        plan: LimitPlan,
     ) -> None:
         self.guard = guard
         self.model = model
         self.request = request
         self.reserved = reserved
         self.held = held
-        self.scopes = scopes
+        self.plan = plan
 
     async def settle(self, ctx: Context, usage: dict[str, Any] | None, *, failed: bool) -> None:
         tokens = Tokens() if failed else _tokens(ctx) if usage is None else tokens_of(usage)
@@ -247,7 +236,7 @@ class _Admission:
         """Whether settlement has to touch a store: the ledger, a token bucket or a concurrency slot."""
         if self.held or (ctx.principal.account_id is not None and (self.reserved or cost)):
             return True
-        return bool(tokens.completion) and any(lim.tpm for _, lim in self.scopes)
+        return bool(tokens.completion) and self.plan.counts_tokens
 
     async def _book(self, ctx: Context, tokens: Tokens, cost: int, status: int) -> None:
         """Everything is queued before the first await (batching.py): a caller who hangs up mid-stream, and
@@ -259,7 +248,7 @@ class _Admission:
                 p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id
             )
         # Output tokens charged and slots given back in one round trip (zero charges are skipped).
-        charges = [Rate(f"{n}:tpm", tokens.completion, lim.tpm, WINDOW_S) for n, lim in self.scopes if lim.tpm]
+        charges = self.plan.charges(tokens.completion)
         finished = g.limits.finish(charges, [(h.key, h.holder) for h in self.held])
         if self.held:  # then the head waiter for each slot on this replica may ask for it
             finished.add_done_callback(partial(_released, g.slots, [h.key for h in self.held]))

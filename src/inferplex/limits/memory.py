@@ -31,12 +31,15 @@ class MemoryLimits:
         self._tat.update(updates)
         return 0.0, -1
 
-    async def try_acquire(self, key: str, limit: int, holder: str) -> bool:
+    def _take(self, key: str, limit: int, holder: str) -> bool:
         holders = self._holders.setdefault(key, set())
         if len(holders) >= limit:
             return False
         holders.add(holder)
         return True
+
+    async def try_acquire(self, key: str, limit: int, holder: str) -> bool:
+        return self._take(key, limit, holder)
 
     async def release(self, key: str, holder: str) -> None:
         await self.finish((), [(key, holder)])
@@ -45,7 +48,7 @@ class MemoryLimits:
         wait, worst = self._apply(rates, force=False)
         if wait > 0:
             return wait, worst, tuple(False for _ in holds)
-        return wait, worst, tuple([await self.try_acquire(h.key, h.limit, h.holder) for h in holds])
+        return wait, worst, tuple([self._take(h.key, h.limit, h.holder) for h in holds])
 
     def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> asyncio.Future[None]:
         self._apply([r for r in charges if r.amount > 0], force=True)
