@@ -82,9 +82,10 @@ _ACQUIRE = _NOW + _SLOT + "return acquire(KEYS[1], tonumber(ARGV[1]), ARGV[2], t
 # cost redis-py more than the script costs Redis), its fields separated by spaces: the kind ('A' admit or
 # 'F' finish), n buckets, m slots, (amount, limit, window_s) per bucket, then per slot (limit, holder) for an
 # admit or holder for a finish (holders are request ids, which hold no spaces). KEYS: each operation's n
-# buckets then m holder zsets, in the same order. One reply string per operation: for an admit "0 -1 <1|0
-# per slot>" or "<wait> <index of the bucket waiting longest>" (buckets first, slots only if they admitted);
-# "1" for a finish (its buckets charged even into debt, its holders removed).
+# buckets then m holder zsets, in the same order. One reply per operation: for an admit "0 -1 <1|0 per slot>"
+# or "<wait> <index of the bucket waiting longest>" (buckets first, slots only if they admitted); "1" for a
+# finish (its buckets charged even into debt, its holders removed). The replies come joined by commas in one
+# string: redis-py's parser is Python, and one element per operation cost it as much as packing the call.
 _BATCH = (
     _NOW
     + _RATES
@@ -118,7 +119,7 @@ for o = 2, #ARGV do
   k = k + m
   out[#out + 1] = reply
 end
-return out
+return table.concat(out, ',')
 """
 )
 
@@ -190,8 +191,8 @@ class RedisLimits:
 
     async def _run(self, ops: list[_Op]) -> list[bytes]:
         keys = [k for op in ops for k in op.keys]
-        replies: list[bytes] = await self._script(keys=keys, args=[self.lease_s, *(op.fields for op in ops)])
-        return replies
+        replies: bytes = await self._script(keys=keys, args=[self.lease_s, *(op.fields for op in ops)])
+        return replies.split(b",")
 
     def _orphaned(self, op: _Op, reply: bytes) -> None:
         """An admission whose caller was cancelled while it was in flight: give back the slots it took."""

@@ -121,7 +121,8 @@ class MemoryCooldowns:
 _NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) + tonumber(t[2]) / 1000000 "
 
 # Many checks in one call (batching.py): KEYS: (open, probe) per check; ARGV: the probe lease ms per check.
-# Returns {gate (0 closed, 1 probe, 2 open), seconds to wait} per check, flattened, each check as if alone.
+# Returns "<gate (0 closed, 1 probe, 2 open)> <seconds to wait>" per check, each check as if alone, joined by
+# commas into one string (one reply element per check would cost redis-py's Python parser more).
 _CHECK = (
     _NOW
     + """
@@ -140,10 +141,9 @@ for i = 1, #ARGV do
       gate, wait = 2, tostring(redis.call('PTTL', probe_key) / 1000)
     end
   end
-  out[#out + 1] = gate
-  out[#out + 1] = wait
+  out[#out + 1] = gate .. ' ' .. wait
 end
-return out
+return table.concat(out, ',')
 """
 )
 
@@ -206,8 +206,8 @@ class RedisCooldowns:
 
     async def _check_many(self, checks: list[tuple[str, int]]) -> list[tuple[int, float]]:
         keys = [self._k(key, part) for key, _ in checks for part in ("open", "probe")]
-        flat = await self._check(keys=keys, args=[lease_ms for _, lease_ms in checks])
-        return [(int(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+        reply: bytes = await self._check(keys=keys, args=[lease_ms for _, lease_ms in checks])
+        return [(int(gate), float(wait)) for gate, wait in (check.split() for check in reply.split(b","))]
 
     async def check(self, key: str, policy: CooldownConfig) -> Check:
         try:
