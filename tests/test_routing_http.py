@@ -278,7 +278,8 @@ def redis_prefix() -> Iterator[str]:
 
 
 def test_two_gateways_sharing_redis_agree_on_a_cooldown(ups: list[FlipOpenAI], redis_prefix: str) -> None:
-    ups[0].flip("status:500")
+    """The second gateway has been using the deployment (and so remembers its breaker as closed) when the
+    first opens it: the opening reaches it before its next request."""
     cooldown = {"failures": 2, "window": 30, "period": 30}
     models = [model("m", [dep(0, priority=0), dep(1, priority=1)], strategy="priority", cooldown=cooldown)]
     store = {"redis_url": "redis://127.0.0.1:6379/0", "redis_prefix": redis_prefix}
@@ -286,12 +287,16 @@ def test_two_gateways_sharing_redis_agree_on_a_cooldown(ups: list[FlipOpenAI], r
         GatewayServer(config(ups, models, routing=store)) as one,
         GatewayServer(config(ups, models, routing=store)) as two,
     ):
+        for _ in range(3):
+            assert chat(two, model="m").headers["x-inferplex-deployment"] == "p0/up-0"
+        ups[0].flip("status:500")
         for _ in range(2):
             assert chat(one, model="m").status_code == 200
-        assert ups[0].hits == 2
-        r = chat(two, model="m")
-        assert r.status_code == 200 and r.headers["x-inferplex-deployment"] == "p1/up-1"
-        assert ups[0].hits == 2  # the second gateway never sent a request to the deployment the first saw fail
+        assert ups[0].hits == 5
+        for _ in range(3):
+            r = chat(two, model="m")
+            assert r.status_code == 200 and r.headers["x-inferplex-deployment"] == "p1/up-1"
+        assert ups[0].hits == 5  # the second gateway never sent a request to the deployment the first saw fail
 
 
 # ---- request-level steering ---------------------------------------------------------------------------------

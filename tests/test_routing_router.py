@@ -220,6 +220,28 @@ async def test_two_replicas_sharing_redis_agree_on_a_cooldown(redis_prefix: str)
         await two.aclose()
 
 
+async def test_a_replica_that_lost_its_subscription_asks_redis_again(redis_prefix: str) -> None:
+    """A replica remembers breakers it found closed only while it hears of openings: when Redis drops its
+    subscription (a restart, say), an opening published meanwhile must not leave it using the deployment."""
+    import redis.asyncio as aioredis
+
+    policy = CooldownConfig(failures=1, window=30, period=30)
+    url = "redis://127.0.0.1:6379/0"
+    one, two, admin = RedisCooldowns(url, redis_prefix), RedisCooldowns(url, redis_prefix), aioredis.from_url(url)
+    try:
+        for _ in range(3):
+            assert (await two.check("dep", policy)).gate is Gate.CLOSED
+            await asyncio.sleep(0.05)  # the subscription is confirmed meanwhile
+        await admin.client_kill_filter(_type="pubsub")
+        assert await one.failure("dep", policy)  # opened while nobody listened
+        await asyncio.sleep(0.5)  # listening again, and nothing said what happened meanwhile
+        assert (await two.check("dep", policy)).gate is Gate.OPEN
+    finally:
+        await one.aclose()
+        await two.aclose()
+        await admin.aclose()
+
+
 async def test_two_routers_on_one_redis_route_around_a_deployment_the_other_saw_fail(redis_prefix: str) -> None:
     cat = catalog(
         [{"provider": "a", "model": "x", "priority": 0}, {"provider": "b", "model": "x", "priority": 1}],

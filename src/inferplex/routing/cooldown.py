@@ -8,10 +8,21 @@ Failures reported while it is already open (requests that were in flight) change
 With Redis, every replica reads and writes the same keys and the transitions run as Lua scripts stamped
 with Redis's own clock, so replicas agree without trusting each other's clocks. If Redis is unreachable the
 breaker reads as closed: losing the shared view must not take the gateway down with it.
+
+Almost every check finds its breaker closed, and asking Redis cost each request a share of a script call.
+So a replica remembers which breakers it found closed, and forgets one when the failure script opens it:
+that script publishes the opening on a channel every replica listens to, from the same atomic call. The
+memory is used only while the subscription is known to be up: from its confirmation (which a reconnect
+sends again) until its connection is found lost, and everything is forgotten at both ends, so nothing
+published meanwhile is missed for longer than it takes to notice the loss: at once for a closed connection,
+within `check_s` (a ping) for one that died silently. A failure seen by the replica itself also makes it ask
+Redis again. The breaker steers traffic; it is not a limit that must hold exactly.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
 import logging
 import secrets
@@ -118,6 +129,7 @@ class MemoryCooldowns:
         return None
 
 
+_CLOSED = Check(Gate.CLOSED)
 _NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) + tonumber(t[2]) / 1000000 "
 
 # Many checks in one call (batching.py): KEYS: (open, probe) per check; ARGV: the probe lease ms per check.
@@ -147,7 +159,8 @@ return table.concat(out, ',')
 """
 )
 
-# KEYS: fails, open, probe. ARGV: window s, threshold, period s, unique member, open key lifetime ms.
+# KEYS: fails, open, probe. ARGV: window s, threshold, period s, unique member, open key lifetime ms, the
+# channel that hears of openings, the deployment's name for it.
 _FAILURE = (
     _NOW
     + """
@@ -156,6 +169,7 @@ if open then
   if now < tonumber(open) then return 0 end
   redis.call('SET', KEYS[2], tostring(now + tonumber(ARGV[3])), 'PX', ARGV[5])
   redis.call('DEL', KEYS[3])
+  redis.call('PUBLISH', ARGV[6], ARGV[7])
   return 1
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]))
@@ -164,6 +178,7 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[1]) * 1000))
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
   redis.call('SET', KEYS[2], tostring(now + tonumber(ARGV[3])), 'PX', ARGV[5])
   redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[6], ARGV[7])
   return 1
 end
 return 0
@@ -188,13 +203,19 @@ _OPEN_KEEP_S = 600
 class RedisCooldowns:
     """Every replica on the same Redis and `prefix` shares each deployment's breaker."""
 
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(self, url: str, prefix: str, *, check_s: float = 5.0) -> None:
         import redis.asyncio as aioredis
 
         from inferplex.redis_script import DedicatedScript
 
         self._redis: Any = aioredis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
         self._prefix = prefix
+        self._channel = prefix + "opened"
+        self._check_s = check_s
+        self._closed: set[str] = set()  # breakers found closed since the last opening we could have missed
+        self._openings = 0  # bumped by every opening heard of, so a check that raced one keeps nothing
+        self._live = False
+        self._listener: asyncio.Task[None] | None = None
         self._check = DedicatedScript(self._redis, _CHECK)
         self._failure = self._redis.register_script(_FAILURE)
         self._success = self._redis.register_script(_SUCCESS)
@@ -210,16 +231,60 @@ class RedisCooldowns:
         return [(int(gate), float(wait)) for gate, wait in (check.split() for check in reply.split(b","))]
 
     async def check(self, key: str, policy: CooldownConfig) -> Check:
+        if self._live and key in self._closed:
+            return _CLOSED
+        if self._listener is None:
+            self._listener = asyncio.get_running_loop().create_task(self._listen(), name="cooldown-listener")
+        openings = self._openings
         try:
             gate, wait = await self._checks.submit((key, int(policy.period * 1000)))
         except Exception as exc:  # the shared view is an optimisation; routing goes on without it
             log.warning("cooldown store unavailable (%s): treating %s as healthy", exc, key)
-            return Check(Gate.CLOSED)
+            return _CLOSED
+        if gate == 0 and self._live and openings == self._openings:
+            self._closed.add(key)
         return Check((Gate.CLOSED, Gate.PROBE, Gate.OPEN)[int(gate)], float(wait))
 
+    def _opened(self, *_: object) -> None:
+        self._openings += 1
+        self._closed.clear()
+
+    async def _listen(self) -> None:
+        """Hear of every opening; health-checked every `check_s`, and rebuilt from scratch when it fails."""
+        delay = 0.1
+        while True:
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.subscribe(self._channel)
+                while True:
+                    message = await pubsub.get_message(timeout=self._check_s)
+                    if message is None:
+                        await pubsub.ping()
+                    elif message["type"] == "subscribe":  # first, and after any reconnect: start afresh
+                        self._opened()
+                        self._live, delay = True, 0.1
+                    elif message["type"] == "message":
+                        self._opened()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("cooldown openings unavailable (breakers are read from Redis each time): %s", exc)
+            finally:
+                self._live = False
+                self._opened()
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._check_s)
+
     async def failure(self, key: str, policy: CooldownConfig) -> bool:
+        self._openings += 1  # whatever the script says, the next check asks Redis, and none racing keeps it
+        self._closed.discard(key)
         keep_ms = int((policy.period + _OPEN_KEEP_S) * 1000)
-        args: list[str | int | float] = [policy.window, policy.failures, policy.period, secrets.token_hex(8), keep_ms]
+        args: list[str | int | float] = [
+            *(policy.window, policy.failures, policy.period, secrets.token_hex(8), keep_ms),
+            *(self._channel, key),
+        ]
         try:
             opened = await self._failure(
                 keys=[self._k(key, "fails"), self._k(key, "open"), self._k(key, "probe")], args=args
@@ -236,6 +301,10 @@ class RedisCooldowns:
             log.warning("cooldown store unavailable (%s): success of %s not recorded", exc, key)
 
     async def aclose(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
         await self._checks.aclose()
         await self._check.aclose()
         await self._redis.aclose()
