@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -243,3 +244,36 @@ async def test_concurrent_writes_commit_each_one_whole_or_not_at_all(db: Databas
     assert [r for i, r in enumerate(results) if i != 7] == [i for i in range(30) if i != 7]
     rows = await db.read(lambda conn: conn.execute(text("SELECT id FROM accounts WHERE id LIKE 'gc%'")).all())
     assert {r[0] for r in rows} == {f"gc{i}" for i in range(30) if i != 7}
+
+
+async def test_driver_writes_beside_sqlalchemy_writes_each_commit_whole_or_not_at_all(tmp_path: Path) -> None:
+    """SQLite: the writes every request makes run on the sqlite3 connection itself, in a transaction of
+    their own beside the admin API's SQLAlchemy writes queued with them; a failing one of either kind
+    leaves nothing behind and costs the others nothing."""
+    db = Database(sqlite_url(tmp_path))
+    await db.migrate()
+
+    def insert(conn: Any, i: int) -> None:
+        sql = "INSERT INTO accounts (id, name, balance_micros, created_at) VALUES (?, 'g', ?, ?)"
+        if isinstance(conn, sqlite3.Connection):
+            conn.execute(sql, (f"gc{i}", i, time.time()))
+        else:
+            conn.exec_driver_sql(sql, (f"gc{i}", i, time.time()))
+
+    def write(i: int) -> Awaitable[int]:
+        def run(conn: Any) -> int:
+            insert(conn, i)
+            if i in (7, 8):
+                raise RuntimeError("this write fails after its insert")
+            return i
+
+        return db.write_driver(run) if i % 2 else db.write(run)
+
+    try:
+        results = await asyncio.gather(*(write(i) for i in range(30)), return_exceptions=True)
+        assert all(isinstance(results[i], RuntimeError) for i in (7, 8))
+        assert [r for i, r in enumerate(results) if i not in (7, 8)] == [i for i in range(30) if i not in (7, 8)]
+        rows = await db.read(lambda conn: conn.execute(text("SELECT id FROM accounts WHERE id LIKE 'gc%'")).all())
+        assert {r[0] for r in rows} == {f"gc{i}" for i in range(30) if i not in (7, 8)}
+    finally:
+        await db.aclose()

@@ -62,12 +62,6 @@ def first_row(
     return out
 
 
-def executemany(conn: Connection, statement: DriverStatement, rows: list[list[Any]]) -> None:
-    """SQLite: run `statement` once per row of arguments (in `statement.names` order) on the sqlite3 handle."""
-    if rows:
-        conn.connection.driver_connection.executemany(statement.sql, rows)  # type: ignore[union-attr]
-
-
 async def json_codecs(conn: asyncpg.Connection) -> None:
     """asyncpg pool set-up: json and jsonb in and out as Python values, like SQLAlchemy's JSON type."""
     for name in ("json", "jsonb"):

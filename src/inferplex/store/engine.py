@@ -156,6 +156,11 @@ class Database:
                 return await conn.run_sync(fn)
         return await self._writer.write(fn)
 
+    async def write_driver(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """SQLite: `write` for a function of the sqlite3 connection itself (store/group_commit.py)."""
+        assert self.is_sqlite
+        return await self._writer.write_raw(fn)
+
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` for reads only (on PostgreSQL without a transaction: each statement sees committed data)."""
         return await self.single(fn)
@@ -213,6 +218,7 @@ class Database:
             return
         assert self._sync is not None and self._reader is not None
         loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._writer_thread, self._writer.close)
         await loop.run_in_executor(self._writer_thread, self._sync.dispose)
         await loop.run_in_executor(self._reader_threads, self._reader.dispose)
         self._writer_thread.shutdown(wait=True)

@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
-from sqlalchemy.engine import Connection
 
 from inferplex.batching import Batcher
 from inferplex.store import tables as t
-from inferplex.store.driver import executemany, row_of
+from inferplex.store.driver import first_row
 from inferplex.store.engine import Database
 
 
@@ -170,12 +170,12 @@ class Ledger:
                 out[row["item"] - 1] = int(row["balance"])
             return out
 
-        def run(conn: Connection) -> list[int | None]:
+        def run(conn: sqlite3.Connection) -> list[int | None]:
             # The writer holds SQLite's write lock (BEGIN IMMEDIATE) for the whole batch, so each account's
             # balance can be read once, the moves applied to it here in `_order`, and written back once.
             balances: dict[str, int] = {}
             for account in {m.account_id for m in moves}:
-                row = row_of(conn, self._balance, {"account": account})
+                row = first_row(conn, self._balance, {"account": account})
                 if row is not None:
                     balances[account] = int(row["balance_micros"])
             start = dict(balances)
@@ -191,11 +191,12 @@ class Ledger:
                 entries.append(self._entry.args(dict(zip(_ENTRY_COLUMNS, values, strict=True))))
             for account, balance in balances.items():
                 if balance != start[account]:
-                    row_of(conn, self._add, {"account": account, "amount": balance - start[account]})
-            executemany(conn, self._entry, entries)
+                    first_row(conn, self._add, {"account": account, "amount": balance - start[account]})
+            if entries:
+                conn.executemany(self._entry.sql, entries)
             return out
 
-        return await self.db.write(run)
+        return await self.db.write_driver(run)
 
     def _orphaned(self, move: Move, balance: int | None) -> None:
         """A reservation whose caller was cancelled while it was in flight: give it back at once."""

@@ -63,7 +63,10 @@ class UsageStore:
         if rows:
             order = self._order
             params = [tuple(_json(r[k]) if js else r[k] for k, js in order) for r in rows]
-            await self.db.write(lambda conn: conn.exec_driver_sql(self._sql, params))
+            if self.db.is_sqlite:
+                await self.db.write_driver(lambda conn: conn.executemany(self._sql, params))
+            else:
+                await self.db.write(lambda conn: conn.exec_driver_sql(self._sql, params))
 
     async def rows(self, where: UsageFilter, limit: int = 100) -> list[dict[str, Any]]:
         query = where.apply(select(t.usage)).order_by(t.usage.c.created_at.desc(), t.usage.c.id.desc()).limit(limit)
