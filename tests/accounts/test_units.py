@@ -109,3 +109,20 @@ async def test_the_sqlite_key_change_count_is_read_once_per_pass_of_the_loop() -
     await asyncio.sleep(0)
     assert cache.now() == 8 and len(reads) == 2
     assert cache.get("k", cache.now()) is None
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["EVALSHA", "a" * 40, 2, "k:rate:key_1:rpm", "k:conc:key_1", 900.0, "A 1 1 1 60 60.0 5 req_1"],
+        ["PING"],
+        ["SET", "é-ключ", b"\x00\xffbytes", -3, 0.1, 1e20, ""],
+    ],
+)
+def test_our_redis_command_encoding_is_redis_pys(args: list[object]) -> None:
+    """The batched scripts encode their calls themselves: byte for byte what redis-py would send."""
+    from redis.connection import Connection
+
+    from inferplex.redis_script import pack
+
+    assert pack(args) == b"".join(Connection().pack_command(*args))  # type: ignore[arg-type]

@@ -251,7 +251,11 @@ class _Admission:
         charges = self.plan.charges(tokens.completion)
         finished = g.limits.finish(charges, [(h.key, h.holder) for h in self.held])
         if self.held:  # then the head waiter for each slot on this replica may ask for it
-            finished.add_done_callback(partial(_released, g.slots, [h.key for h in self.held]))
+            released = partial(_released, g.slots, [h.key for h in self.held])
+            if finished.done():  # the in-process store: no need to go round the event loop
+                released(finished)
+            else:
+                finished.add_done_callback(released)
         g._log(ctx, self.model, self.request, status, tokens, cost)
         try:
             if settled is not None and await settled is None:

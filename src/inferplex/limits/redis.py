@@ -203,8 +203,8 @@ class RedisLimits:
 
     def _op(self, kind: str, rates: Sequence[Rate], slots: list[str], slot_fields: list[Any]) -> tuple[list[str], str]:
         keys = [self.prefix + "rate:" + r.key for r in rates] + [self.prefix + "conc:" + key for key in slots]
-        fields = [kind, len(rates), len(slots), *(x for r in rates for x in (r.amount, r.limit, r.window_s))]
-        return keys, " ".join(map(str, fields + slot_fields))
+        fields = [f"{kind} {len(rates)} {len(slots)}", *(f"{r.amount} {r.limit} {r.window_s!r}" for r in rates)]
+        return keys, " ".join([*fields, *map(str, slot_fields)])
 
     async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
         if not rates and not holds:
