@@ -29,6 +29,13 @@ class Target:
     model: ModelConfig
     deployment: DeploymentConfig
     provider: ProviderConfig
+    # The deployment's name in headers, logs and the shared cooldown store; asked several times a request.
+    key: str = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        d = self.deployment
+        key = d.id if d.id is not None else f"{d.provider}/{d.model}" + (f"@{d.region}" if d.region else "")
+        object.__setattr__(self, "key", key)
 
     @property
     def upstream_model(self) -> str:

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
 from inferplex.catalog import Catalog, Resolved
-from inferplex.config import Config, CooldownConfig, DeploymentConfig, ModelConfig
+from inferplex.config import Config, CooldownConfig, ModelConfig
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, RateLimited, Unavailable, UpstreamTimeout
 from inferplex.pipeline import Attempt, Context
 from inferplex.providers.base import Target
@@ -43,20 +43,9 @@ T = TypeVar("T")
 Group = tuple[ModelConfig, list[Target]]
 
 
-# Deployment configs live as long as the catalog; the entry keeps its config alive, so the id stays its own.
-_KEYS: dict[int, tuple[DeploymentConfig, str]] = {}
-
-
 def deployment_key(target: Target) -> str:
-    """A deployment's name in headers, logs and the shared cooldown store (asked several times a request)."""
-    d = target.deployment
-    hit = _KEYS.get(id(d))
-    if hit is not None and hit[0] is d:
-        return hit[1]
-    key = d.id if d.id is not None else f"{d.provider}/{d.model}" + (f"@{d.region}" if d.region else "")
-    if len(_KEYS) < 65536:
-        _KEYS[id(d)] = (d, key)
-    return key
+    """A deployment's name in headers, logs and the shared cooldown store."""
+    return target.key
 
 
 class _Exhausted(Exception):
