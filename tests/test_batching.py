@@ -69,3 +69,16 @@ async def test_a_caller_cancelled_in_flight_leaves_its_result_to_orphaned() -> N
     await batcher.aclose()
     assert store.orphans == [(5, 10)]
     assert store.batches == [[5]]
+
+
+async def test_a_kept_item_is_sent_even_if_its_future_is_cancelled_before_its_batch_leaves() -> None:
+    store = Store()
+    batcher = Batcher(store.run, orphaned=store.orphaned)
+    first = batcher.enqueue(1)  # in flight
+    await asyncio.sleep(0)
+    dropped, kept = batcher.enqueue(2), batcher.enqueue(3, keep=True)
+    dropped.cancel()
+    kept.cancel()
+    await batcher.aclose()
+    assert await first == 2
+    assert store.batches == [[1], [3]] and store.orphans == [(3, 6)]

@@ -37,19 +37,20 @@ class Batcher(Generic[I, O]):
         self._run = run
         self._orphaned = orphaned
         self._max = max_batch
-        self._queue: list[tuple[I, asyncio.Future[O]]] = []
+        self._queue: list[tuple[I, asyncio.Future[O], bool]] = []
         self._drainer: asyncio.Task[None] | None = None
 
     async def submit(self, item: I) -> O:
         """`item` applied with whatever else is queued; its result, or the exception the batch raised."""
         return await self.enqueue(item)
 
-    def enqueue(self, item: I) -> asyncio.Future[O]:
-        """Queue `item` now (it will be applied, whatever the caller does next); its result comes in the
-        future. Lets a caller queue several items before it waits, so none depends on its staying around."""
+    def enqueue(self, item: I, *, keep: bool = False) -> asyncio.Future[O]:
+        """Queue `item` now; its result comes in the future. Lets a caller queue several items before it
+        waits. Cancelling the future before the batch leaves takes the item back, unless `keep` (a
+        settlement must be booked whether or not anyone still waits for it)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[O] = loop.create_future()
-        self._queue.append((item, future))
+        self._queue.append((item, future, keep))
         if self._drainer is None:
             self._drainer = loop.create_task(self._drain())
         return future
@@ -58,24 +59,24 @@ class Batcher(Generic[I, O]):
         try:
             while self._queue:
                 batch, self._queue = self._queue[: self._max], self._queue[self._max :]
-                batch = [(item, future) for item, future in batch if not future.cancelled()]  # nobody waits
+                batch = [entry for entry in batch if entry[2] or not entry[1].cancelled()]  # nobody waits
                 if not batch:
                     continue
                 try:
-                    results = await self._run([item for item, _ in batch])
+                    results = await self._run([item for item, _, _ in batch])
                     if len(results) != len(batch):
                         raise RuntimeError(f"a batch of {len(batch)} got {len(results)} results")
                 except asyncio.CancelledError:  # shutdown: nobody will hear of these
-                    for _, future in batch + self._queue:
+                    for _, future, _ in batch + self._queue:
                         future.cancel()
                     self._queue = []
                     raise
                 except Exception as exc:
-                    for _, future in batch:
+                    for _, future, _ in batch:
                         if not future.done():
                             future.set_exception(exc)
                     continue
-                for (item, future), result in zip(batch, results, strict=True):
+                for (item, future, _), result in zip(batch, results, strict=True):
                     if not future.done():
                         future.set_result(result)
                     elif self._orphaned is not None:

@@ -144,12 +144,11 @@ class Ledger:
     ) -> asyncio.Future[int | None]:
         """`settle`, queued before this returns: the balance after it comes in the future (None: no account).
 
-        Shielded: a caller cancelled while it waits cancels only its wait. The batcher skips items whose
-        future is cancelled before their batch leaves, which is right for a reservation nobody waits for,
-        and would lose a settlement."""
-        return asyncio.shield(
-            self._batch.enqueue(Move(account_id, "settle", reserved - actual, False, request_id, key_id))
-        )
+        Kept: a caller cancelled while it waits cancels only its wait. The batcher skips items whose future
+        is cancelled before their batch leaves, which is right for a reservation nobody waits for, and
+        would lose a settlement."""
+        move = Move(account_id, "settle", reserved - actual, False, request_id, key_id)
+        return self._batch.enqueue(move, keep=True)
 
     async def credit(self, account_id: str, amount: int, *, kind: str = "topup", note: str | None = None) -> int:
         """A top-up (or refund, kind='refund'); a negative amount is an adjustment downwards."""
