@@ -2,12 +2,12 @@
 
 Reservations and settlements made while another batch is in flight go together in the next (batching.py),
 one transaction per batch, each move applied as if alone in the same order on both engines (`_order`: by
-account, settlements first). On PostgreSQL the batch is one call to the function of migration 0003, where a
-reservation is one conditional statement, `UPDATE accounts SET balance = balance + :a WHERE id = :id AND
-balance + :a >= 0 RETURNING balance` (a is negative), atomic under any concurrency by row locking. On
-SQLite the writer holds the database's write lock for the whole batch (store/engine.py), so it reads each
-account's balance once, applies the moves to it, and writes it back once. Either way a balance never goes
-below what was reserved, and `balance == sum(ledger.amount)` holds after every transaction.
+account, settlements first), and each account's balance read once, its moves applied to it, and written
+back once. On PostgreSQL the batch is one call to the function of migration 0004, which locks each account
+row (`SELECT ... FOR UPDATE`, accounts in id order, so concurrent batches cannot deadlock) for that; on
+SQLite the writer holds the database's write lock for the whole batch (store/engine.py). Either way a
+reservation is applied only if the balance covers it, a balance never goes below what was reserved, and
+`balance == sum(ledger.amount)` holds after every transaction.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Move:
 
 
 # Built once at import (statement construction is most of the CPU of a move on SQLite), run on the driver
-# (store/driver.py). PostgreSQL runs a whole batch in the function of migration 0003.
+# (store/driver.py). PostgreSQL runs a whole batch in the function of migration 0004.
 _ENTRY_COLUMNS = ("account_id", "kind", "amount_micros", "request_id", "key_id", "note", "created_at")
 _BALANCE = select(t.accounts.c.balance_micros).where(t.accounts.c.id == bindparam("account"))
 _ADD = (
