@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from inferplex.batching import Batcher
 from inferplex.config import CooldownConfig
+from inferplex.listening import keep_listening
 
 log = logging.getLogger("inferplex.routing")
 
@@ -250,32 +251,31 @@ class RedisCooldowns:
         self._closed.clear()
 
     async def _listen(self) -> None:
-        """Hear of every opening; health-checked every `check_s`, and rebuilt from scratch when it fails."""
-        delay = 0.1
-        while True:
-            pubsub = self._redis.pubsub()
-            try:
-                await pubsub.subscribe(self._channel)
-                while True:
-                    message = await pubsub.get_message(timeout=self._check_s)
-                    if message is None:
-                        await pubsub.ping()
-                    elif message["type"] == "subscribe":  # first, and after any reconnect: start afresh
-                        self._opened()
-                        self._live, delay = True, 0.1
-                    elif message["type"] == "message":
-                        self._opened()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("cooldown openings unavailable (breakers are read from Redis each time): %s", exc)
-            finally:
-                self._live = False
-                self._opened()
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._check_s)
+        what = "cooldown openings (breakers are read from Redis each time)"
+        await keep_listening(self._listen_once, self._lost, what=what, max_delay_s=self._check_s)
+
+    async def _listen_once(self, up: Callable[[], None]) -> None:
+        """Hear of every opening; health-checked every `check_s`."""
+        pubsub = self._redis.pubsub()
+        try:
+            await pubsub.subscribe(self._channel)
+            while True:
+                message = await pubsub.get_message(timeout=self._check_s)
+                if message is None:
+                    await pubsub.ping()
+                elif message["type"] == "subscribe":  # first, and after any reconnect: start afresh
+                    self._opened()
+                    self._live = True
+                    up()
+                elif message["type"] == "message":
+                    self._opened()
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
+    def _lost(self) -> None:
+        self._live = False
+        self._opened()
 
     async def failure(self, key: str, policy: CooldownConfig) -> bool:
         self._openings += 1  # whatever the script says, the next check asks Redis, and none racing keeps it

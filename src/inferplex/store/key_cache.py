@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import asyncpg
 
-log = logging.getLogger("inferplex.store")
+from inferplex.listening import keep_listening
+
 CHANNEL = "inferplex_keys"
 APPLICATION = "inferplex-key-changes"  # how the notification connection shows in pg_stat_activity
 
@@ -114,34 +114,31 @@ class NotifiedKeyCache(KeyCache):
         self._notified += 1
 
     async def _listen(self) -> None:
-        delay = 0.1
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(
-                    self._dsn, timeout=self._check_s, server_settings={"application_name": APPLICATION}
-                )
-                lost = asyncio.Event()
-                conn.add_termination_listener(lambda _, lost=lost: lost.set())
-                await conn.add_listener(CHANNEL, self._changed)
-                self._changed()  # whatever happened while nobody listened
-                self.live, delay = True, 0.1
-                while not lost.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), self._check_s)
-                    if not lost.is_set():
-                        await conn.fetchval("SELECT 1", timeout=self._check_s)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("key change notifications unavailable (keys are read on every request): %s", exc)
-            finally:
-                self.live = False
-                self._changed()
-                if conn is not None:
-                    conn.terminate()
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self._check_s)
+        what = "key change notifications (keys are read on every request)"
+        await keep_listening(self._listen_once, self._lost, what=what, max_delay_s=self._check_s)
+
+    async def _listen_once(self, up: Callable[[], None]) -> None:
+        conn = await asyncpg.connect(
+            self._dsn, timeout=self._check_s, server_settings={"application_name": APPLICATION}
+        )
+        try:
+            lost = asyncio.Event()
+            conn.add_termination_listener(lambda _: lost.set())
+            await conn.add_listener(CHANNEL, self._changed)
+            self._changed()  # whatever happened while nobody listened
+            self.live = True
+            up()
+            while not lost.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(lost.wait(), self._check_s)
+                if not lost.is_set():
+                    await conn.fetchval("SELECT 1", timeout=self._check_s)
+        finally:
+            conn.terminate()
+
+    def _lost(self) -> None:
+        self.live = False
+        self._changed()
 
     async def aclose(self) -> None:
         if self._task is not None:
