@@ -163,11 +163,9 @@ def factory(env: Env) -> Callable[[Context, ChatRequest], Chain | None]:
 
 def gateway_factory(catalog: Catalog, router: object) -> Callable[[Context, ChatRequest], Chain | None]:
     """The factory as the app wires it: the catalog, and time to first token from the router's statistics."""
-    from inferplex.routing.router import deployment_key
-
     stats = getattr(router, "stats", None)
 
     def latency_ms(target: Target) -> float | None:
-        return None if stats is None else stats[deployment_key(target)].ttft_ms
+        return None if stats is None else stats[target.key].ttft_ms
 
     return factory(Env(catalog, latency_ms))

@@ -63,6 +63,9 @@ class Cooldowns(Protocol):
     async def aclose(self) -> None: ...
 
 
+_CLOSED = Check(Gate.CLOSED)
+
+
 @dataclass(slots=True)
 class Breaker:
     """The state machine itself, pure: every transition takes `now` as an argument."""
@@ -73,7 +76,7 @@ class Breaker:
 
     def check(self, now: float, policy: CooldownConfig) -> Check:
         if self.open_until is None:
-            return Check(Gate.CLOSED)
+            return _CLOSED
         if now < self.open_until:
             return Check(Gate.OPEN, self.open_until - now)
         if self.probe_until is not None and now < self.probe_until:
@@ -116,7 +119,7 @@ class MemoryCooldowns:
 
     async def check(self, key: str, policy: CooldownConfig) -> Check:
         found = self._breakers.get(key)
-        return Check(Gate.CLOSED) if found is None else found.check(self._clock(), policy)
+        return _CLOSED if found is None else found.check(self._clock(), policy)
 
     async def failure(self, key: str, policy: CooldownConfig) -> bool:
         return self._get(key).failure(self._clock(), policy)
@@ -130,7 +133,6 @@ class MemoryCooldowns:
         return None
 
 
-_CLOSED = Check(Gate.CLOSED)
 _NOW = "local t = redis.call('TIME') local now = tonumber(t[1]) + tonumber(t[2]) / 1000000 "
 
 # Many checks in one call (batching.py): KEYS: (open, probe) per check; ARGV: the probe lease ms per check.

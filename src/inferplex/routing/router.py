@@ -43,11 +43,6 @@ T = TypeVar("T")
 Group = tuple[ModelConfig, list[Target]]
 
 
-def deployment_key(target: Target) -> str:
-    """A deployment's name in headers, logs and the shared cooldown store."""
-    return target.key
-
-
 class _Exhausted(Exception):
     def __init__(self, error: GatewayError | None, cooling: list[tuple[float, Target]], rate_wait: float | None):
         self.error, self.cooling, self.rate_wait = error, cooling, rate_wait
@@ -75,14 +70,14 @@ class Router:
     # ---- capacity and per-deployment state ------------------------------------------------------------
 
     def gate(self, target: Target) -> PriorityGate:
-        key = deployment_key(target)
+        key = target.key
         found = self._gates.get(key)
         if found is None:
             found = self._gates[key] = PriorityGate(target.deployment.max_concurrent)
         return found
 
     def window(self, target: Target) -> RateWindow:
-        key = deployment_key(target)
+        key = target.key
         found = self._windows.get(key)
         if found is None:
             found = self._windows[key] = RateWindow(target.deployment.rpm, target.deployment.tpm)
@@ -93,7 +88,7 @@ class Router:
         connect = target.deployment.timeouts.connect
         if connect is None:
             return target
-        key = f"{target.model.name}\0{deployment_key(target)}"
+        key = f"{target.model.name}\0{target.key}"
         found = self._effective.get(key)
         if found is None:
             timeouts = target.provider.timeouts.model_copy(update={"connect": connect})
@@ -230,7 +225,7 @@ class Router:
             if picked is None:
                 break
             target, probe = picked
-            key = deployment_key(target)
+            key = target.key
             if key in tried:
                 wait = wait_before_retry(
                     tried[key],
@@ -270,11 +265,11 @@ class Router:
     ) -> tuple[tuple[Target, bool] | None, list[tuple[float, Target]], float | None]:
         """The next deployment to try (and whether it is a half-open probe), else what kept each one out."""
         if len(targets) == 1:  # the common case: nothing to rank
-            key = deployment_key(targets[0])
+            key = targets[0].key
             by_key = {} if key in banned else {key: targets[0]}
             order = list(by_key)
         else:
-            by_key = {k: t for k, t in ((deployment_key(t), t) for t in targets) if k not in banned}
+            by_key = {k: t for k, t in ((t.key, t) for t in targets) if k not in banned}
             order = list(by_key) if len(by_key) < 2 else self._rank(by_key, strategy, opts, tried)
         cooling: list[tuple[float, Target]] = []
         rate_wait: float | None = None
@@ -294,7 +289,7 @@ class Router:
                 continue
             return (target, check.gate is Gate.PROBE), cooling, rate_wait
         for target in saturated:
-            check = await self.cooldowns.check(deployment_key(target), policy)
+            check = await self.cooldowns.check(target.key, policy)
             if check.gate is not Gate.OPEN:
                 return (target, check.gate is Gate.PROBE), cooling, rate_wait
             cooling.append((check.retry_in, target))
@@ -329,7 +324,7 @@ class Router:
         *,
         probe: bool,
     ) -> T:
-        key = deployment_key(target)
+        key = target.key
         d, provider_t = target.deployment, target.provider.timeouts
         gate, stats = self.gate(target), self.stats[key]
         if time.monotonic() >= deadline:

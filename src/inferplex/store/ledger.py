@@ -144,9 +144,9 @@ class Ledger:
     ) -> asyncio.Future[int | None]:
         """`settle`, queued before this returns: the balance after it comes in the future (None: no account).
 
-        Kept: a caller cancelled while it waits cancels only its wait. The batcher skips items whose future
-        is cancelled before their batch leaves, which is right for a reservation nobody waits for, and
-        would lose a settlement."""
+        Kept (`Batcher.enqueue(keep=True)`): a caller cancelled while it waits still has the move booked.
+        The batcher skips items whose future is cancelled before their batch leaves, which is right for a
+        reservation nobody waits for, and would lose a settlement."""
         move = Move(account_id, "settle", reserved - actual, False, request_id, key_id)
         return self._batch.enqueue(move, keep=True)
 
