@@ -29,6 +29,16 @@ P = Pricing(input=Decimal("0.15"), output=Decimal("0.60"), cached_input=Decimal(
         (P, Tokens(prompt=10, cached=50), 1),  # cached above prompt is clamped: 10 x 0.075 = 0.75 -> 1
         (Pricing(input=Decimal(1), output=Decimal(3)), Tokens(prompt=5, completion=2), 11),
         (Pricing(input=Decimal(5), free=True), Tokens(prompt=100, completion=100), 0),
+        # A zero cache price is a price, not "unset": these cached and written tokens cost nothing.
+        (
+            Pricing(input=Decimal(3), output=Decimal(15), cached_input=Decimal(0), cache_write=Decimal(0)),
+            Tokens(prompt=1000, completion=10, cached=100, cache_write=200),
+            2250,
+        ),
+        # Prices whose denominators differ: 7 x 0.0000003 + 1 x 1.25 = 1.2500021 -> 2; one token less of
+        # output is 0.0000021 -> 1 (never rounded down to 0).
+        (Pricing(input=Decimal("0.0000003"), output=Decimal("1.25")), Tokens(prompt=7, completion=1), 2),
+        (Pricing(input=Decimal("0.0000003"), output=Decimal("1.25")), Tokens(prompt=7), 1),
     ],
 )
 def test_cost_is_exact_then_rounded_up_once(price: Pricing, tokens: Tokens, micros: int) -> None:

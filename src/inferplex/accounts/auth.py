@@ -15,10 +15,10 @@ from typing import Any
 
 from starlette.requests import Request
 
-from inferplex.accounts.keys import KEY_PREFIX, key_digest, same_digest
+from inferplex.accounts.keys import KEY_PREFIX, same_digest
 from inferplex.accounts.limits import LimitPlan, Limits
 from inferplex.accounts.tokens import TOKEN_PREFIX, verify
-from inferplex.auth import MASTER, MasterKeyAuth, Principal, credential
+from inferplex.auth import MASTER, MasterKeyAuth, Principal, credential, digest
 from inferplex.errors import PermissionDenied, Unauthenticated
 from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY
 from inferplex.store.keys import AccountLimits, KeyRecord, KeyStore
@@ -85,7 +85,8 @@ class KeyAuth:
             raise Unauthenticated(
                 "You didn't provide an API key. Send it as `Authorization: Bearer <key>`.", code="missing_api_key"
             )
-        if self._master.matches(token):
+        raw_digest = digest(token)
+        if self._master.matches_digest(raw_digest):
             return MASTER
         now = time.time()
         if token.startswith(TOKEN_PREFIX):
@@ -97,9 +98,9 @@ class KeyAuth:
             found = await self.keys.by_id_with_account(claims.key_id)
             scopes: frozenset[str] | None = claims.scopes
         elif token.startswith(KEY_PREFIX):
-            digest = key_digest(token)
-            found = await self.keys.by_hash(digest)
-            if found is not None and not same_digest(found[0].hash, digest):
+            hex_digest = raw_digest.hex()  # key_digest(token), without hashing it twice
+            found = await self.keys.by_hash(hex_digest)
+            if found is not None and not same_digest(found[0].hash, hex_digest):
                 found = None
             scopes = None
         else:

@@ -162,7 +162,7 @@ class AccountGuard:
 
     def _log(self, ctx: Context, model: ModelConfig, request: Any, status: int, tokens: Tokens, cost: int) -> None:
         p = ctx.principal
-        t = ctx.timings.as_dict()
+        total_ms, upstream_ms = ctx.timings.spans_ms()
         target = ctx.target
         tags = [*p.tags, *(ctx.options.get("tags") or ())]
         extra = getattr(request, "model_extra", None) or {}
@@ -182,8 +182,8 @@ class AccountGuard:
             "cached_tokens": tokens.cached,
             "estimated": int(tokens.estimated),
             "cost_micros": cost,
-            "total_ms": t.get("total_ms"),
-            "upstream_ms": t.get("upstream_ms"),
+            "total_ms": total_ms,
+            "upstream_ms": upstream_ms,
             "ttft_ms": ctx.timings.ttft_ms or None,
             "queued_ms": ctx.timings.queued_ms,
             "tags": tags,

@@ -2,8 +2,8 @@
 
 Prices are USD per million tokens, which is exactly micro-USD per token, so a cost is
 `sum(tokens_i * price_i)` over the token classes (uncached input, cached input, cache writes, output),
-computed exactly in decimal and rounded UP once per request to a whole micro-USD. A request is never billed
-a fraction below what it used, and never more than one micro-USD above.
+computed exactly (in integers over one denominator) and rounded UP once per request to a whole micro-USD.
+A request is never billed a fraction below what it used, and never more than one micro-USD above.
 
 The worst case reserved before a call uses an over-estimate of the prompt (JSON characters / 3) plus the
 largest output the request allows (max_tokens, else the model's max_output, else a configured default).
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 import orjson
@@ -45,19 +44,37 @@ def tokens_of(usage: dict[str, Any] | None) -> Tokens:
     return Tokens(_int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")), cached, write)
 
 
+_SCALED: dict[int, tuple[Pricing, tuple[int, int, int, int, int]]] = {}
+
+
+def _scaled(price: Pricing) -> tuple[int, int, int, int, int]:
+    """(denominator, input, output, cached input, cache write): the prices as integers over one denominator.
+    Billing then multiplies and divides once in plain integers, exact like the decimals and cheaper, on a
+    path every keyed request takes twice. Kept per price object (holding it, so its id is not reused)."""
+    kept = _SCALED.get(id(price))
+    if kept is not None and kept[0] is price:
+        return kept[1]
+    i = price.input
+    c, w = price.cached_input, price.cache_write
+    prices = (i, price.output, i if c is None else c, i if w is None else w)
+    ratios = [p.as_integer_ratio() for p in prices]
+    denominator = math.lcm(*(d for _, d in ratios))
+    n = [num * (denominator // d) for num, d in ratios]
+    if len(_SCALED) >= 1024:
+        _SCALED.clear()
+    _SCALED[id(price)] = (price, scaled := (denominator, n[0], n[1], n[2], n[3]))
+    return scaled
+
+
 def cost_micros(price: Pricing, tokens: Tokens) -> int:
     if price.free:
         return 0
+    denominator, input_, output, cached_input, cache_write = _scaled(price)
     cached = min(tokens.cached, tokens.prompt)
     write = min(tokens.cache_write, tokens.prompt - cached)
     plain = tokens.prompt - cached - write
-    total = (
-        plain * price.input
-        + cached * (price.input if price.cached_input is None else price.cached_input)
-        + write * (price.input if price.cache_write is None else price.cache_write)
-        + tokens.completion * price.output
-    )
-    return int(Decimal(total).to_integral_value(rounding=ROUND_CEILING))
+    total = plain * input_ + cached * cached_input + write * cache_write + tokens.completion * output
+    return -(-total // denominator)  # rounded up
 
 
 def estimate_prompt_tokens(request: ChatRequest | EmbeddingRequest) -> int:

@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -140,13 +139,13 @@ def _finished(sent: asyncio.Future[bytes], done: asyncio.Future[None]) -> None:
         done.set_result(None)
 
 
-@dataclass(frozen=True, slots=True)
-class _Op:
-    """One request's admission or finish, in the shape of the batch script's arguments."""
+class _Op(NamedTuple):
+    """One request's admission or finish, in the shape of the batch script's arguments (a tuple: one is
+    made per admit and per finish, and a frozen dataclass cost three times as much to build)."""
 
     keys: list[str]
     fields: str
-    holds: tuple[Hold, ...] = ()
+    holds: Sequence[Hold] = ()
 
 
 class RedisLimits:
@@ -202,16 +201,22 @@ class RedisLimits:
             self.finish((), releases)  # queued at once; a failure is logged by `_finished`
 
     def _op(self, kind: str, rates: Sequence[Rate], slots: list[str], slot_fields: list[Any]) -> tuple[list[str], str]:
-        keys = [self.prefix + "rate:" + r.key for r in rates] + [self.prefix + "conc:" + key for key in slots]
-        fields = [f"{kind} {len(rates)} {len(slots)}", *(f"{r.amount} {r.limit} {r.window_s!r}" for r in rates)]
-        return keys, " ".join([*fields, *map(str, slot_fields)])
+        p = self.prefix
+        keys = [p + "rate:" + r.key for r in rates]
+        keys += [p + "conc:" + key for key in slots]
+        fields = f"{kind} {len(rates)} {len(slots)}"
+        for r in rates:
+            fields += f" {r.amount} {r.limit} {r.window_s!r}"
+        for x in slot_fields:
+            fields += f" {x}"
+        return keys, fields
 
     async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
         if not rates and not holds:
             return 0.0, -1, ()
         keys, fields = self._op("A", rates, [h.key for h in holds], [x for h in holds for x in (h.limit, h.holder)])
         try:
-            out = (await self._batch.submit(_Op(keys, fields, tuple(holds)))).split()
+            out = (await self._batch.enqueue(_Op(keys, fields, holds))).split()
         except (RedisError, OSError, TimeoutError) as exc:
             self._failed("admit", exc)
             return 0.0, -1, tuple(True for _ in holds)  # failing open: nothing is enforced
