@@ -18,7 +18,9 @@ redis-py's general encoder cost about 3 µs of CPU per request's share where thi
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +28,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
 def pack(args: Sequence[str | bytes | int | float]) -> bytes:
@@ -43,30 +46,56 @@ class DedicatedScript:
         self._source = source
         self._sha = hashlib.sha1(source.encode()).hexdigest()
         self._conn: AbstractConnection | None = None
+        self._read_timeout: float | None = self._pool.connection_kwargs.get("socket_timeout")
 
-    async def __call__(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def _connected(self) -> AbstractConnection:
+        """The connection, (re)connected if need be, with no timeout on writes: redis-py bounds a write with
+        `asyncio.wait_for`, a task per call, which cost more than the rest of the call. A write only hands a
+        few KiB to the kernel and does not block; every read (the handshake's here, each reply's in `_read`)
+        keeps the client's socket timeout, so a Redis that stops answering is still found out within it."""
         if self._conn is None:
             self._conn = self._pool.make_connection()  # type: ignore[no-untyped-call]
         conn = self._conn
-        fresh = not conn.is_connected
+        if not conn.is_connected:
+            conn.socket_timeout = self._read_timeout
+            try:
+                await conn.connect()
+            finally:
+                conn.socket_timeout = None
+        return conn
+
+    async def __call__(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        conn = self._conn
+        fresh = conn is None or not conn.is_connected
         try:
-            return await self._run(conn, keys, args)
+            return await self._run(await self._connected(), keys, args)
         except RedisConnectionError:
             if fresh:
                 raise
-        return await self._run(conn, keys, args)
+        return await self._run(await self._connected(), keys, args)
 
     async def _run(self, conn: AbstractConnection, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
             return await self._evalsha(conn, keys, args)
         except NoScriptError:
             await conn.send_command("SCRIPT", "LOAD", self._source)
-            await conn.read_response()
+            await self._read(conn)
             return await self._evalsha(conn, keys, args)
 
     async def _evalsha(self, conn: AbstractConnection, keys: Sequence[str], args: Sequence[Any]) -> Any:
         await conn.send_packed_command(pack(["EVALSHA", self._sha, len(keys), *keys, *args]))
-        return await conn.read_response()
+        return await self._read(conn)
+
+    async def _read(self, conn: AbstractConnection) -> Any:
+        """The reply, within the client's socket timeout. Bounded here, not by `read_response(timeout=...)`,
+        which answers None on a timeout and keeps the connection, whose late reply the next call would then
+        read as its own: a timeout here interrupts the read, and redis-py drops a connection whose read was
+        interrupted."""
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                return await conn.read_response(timeout=math.inf)  # math.inf: no timeout of redis-py's own
+        except TimeoutError:
+            raise RedisTimeoutError("Timeout reading from Redis") from None
 
     async def aclose(self) -> None:
         if self._conn is not None:

@@ -91,9 +91,10 @@ async def test_admit_takes_the_rates_then_the_free_slots_in_one_call(store: Limi
 
 async def test_finish_charges_tokens_and_gives_slots_back_in_one_call(store: LimitStore) -> None:
     await store.admit([], [Hold("a", 2, "r1"), Hold("b", 2, "r1")])
-    await store.finish([Rate("k:tpm", 100, 100, 60), Rate("skip:tpm", 0, 100, 60)], [("a", "r1"), ("b", "r1")])
+    # An hour's window: one token comes back every 36 s, so a stalled machine cannot refill the bucket in time.
+    await store.finish([Rate("k:tpm", 100, 100, 3600), Rate("skip:tpm", 0, 100, 60)], [("a", "r1"), ("b", "r1")])
     assert (await store.in_use("a"), await store.in_use("b")) == (0, 0)
-    assert (await take(store, [Rate("k:tpm", 1, 100, 60)]))[0] > 0  # the 100 tokens filled the bucket
+    assert (await take(store, [Rate("k:tpm", 1, 100, 3600)]))[0] > 0  # the 100 tokens filled the bucket
     assert await take(store, [Rate("skip:tpm", 100, 100, 60)]) == (0.0, -1)  # a zero charge is no charge
     await store.finish([], [("a", "r1")])  # releasing again changes nothing
 
@@ -137,6 +138,52 @@ async def test_redis_outage_follows_the_policy_without_hanging(fail_open: bool) 
     finally:
         await store.aclose()
     assert time.monotonic() - start < 5  # a hang would be minutes: this only guards against that
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+async def test_a_redis_that_stops_answering_is_given_up_on_within_the_socket_timeout(
+    fail_open: bool, redis_prefix: str
+) -> None:
+    # A relay to the real Redis that, once `silent`, still takes every byte but passes none on (a hung Redis,
+    # a black-holing proxy). Each call must then give up within the 0.2 s socket timeout and follow the
+    # policy: on the connection it had, and again on the new one it opens (whose handshake gets no answer).
+    silent = False
+    swallowed = bytearray()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", 6379)
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            while data := await src.read(65536):
+                if silent:
+                    swallowed.extend(data)
+                else:
+                    dst.write(data)
+
+        try:
+            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+        finally:
+            up_writer.close()
+            writer.close()
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    store = RedisLimits(f"redis://127.0.0.1:{port}/0", redis_prefix, fail_open=fail_open, timeout_s=0.2)
+    try:
+        assert await store.admit(rate("k", 1, 100), [Hold("c", 5, "h0")]) == (0.0, -1, (True,))
+        silent = True
+        for holder in ("h1", "h2"):
+            start = time.monotonic()
+            if fail_open:
+                assert await store.admit(rate("k", 1, 100), [Hold("c", 5, holder)]) == (0.0, -1, (True,))
+            else:
+                with pytest.raises(LimitsUnavailable):
+                    await store.admit(rate("k", 1, 100), [Hold("c", 5, holder)])
+            assert time.monotonic() - start < 2  # a hang would be for ever
+        assert b"EVALSHA" in swallowed and b"HELLO" in swallowed  # the call, then the new handshake
+    finally:
+        await store.aclose()
+        server.close()
 
 
 async def test_limits_hold_after_redis_drops_the_connection_and_forgets_the_script(redis_prefix: str) -> None:
