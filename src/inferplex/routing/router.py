@@ -26,6 +26,7 @@ from typing import TypeVar, cast
 
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import Config, CooldownConfig, ModelConfig
+from inferplex.deadlines import Deadline
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, RateLimited, Unavailable, UpstreamTimeout
 from inferplex.pipeline import Attempt, Context
 from inferplex.providers.base import Target
@@ -350,7 +351,7 @@ class Router:
         first = (d.timeouts.first_token or provider_t.read) if opts.stream else None
         limit = max(min(first, ends_at - started) if first else ends_at - started, 0.0)
         try:
-            async with asyncio.timeout(limit) as cm:
+            with Deadline(limit) as cm:
                 result = await call(self._with_timeouts(target))
         except TimeoutError:
             if not cm.expired():
