@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from inferplex.store.engine import ADMIN_POOL
+from inferplex.store.engine import ADMIN_POOL, BATCH_CONNECTION
 from tests.accounts.conftest import REDIS_URL, Admin, billing_config, restart_redis_scripts
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import free_port
@@ -171,7 +171,32 @@ def test_under_a_burst_each_replica_keeps_to_its_connection_pool(replicas: list[
 
     statuses, seen = asyncio.run(run())
     assert statuses == [200] * 120
-    assert 2 <= seen <= 2 * (POOL + ADMIN_POOL)
+    # Per replica: the two pools, and two connections of their own (key changes' LISTEN, the ledger's batches).
+    assert 2 <= seen <= 2 * (POOL + ADMIN_POOL + 2)
+
+
+def test_the_ledger_reconnects_when_postgresql_drops_its_connection(replicas: list[str], pg_url: str) -> None:
+    """The ledger's batches run on a connection of their own: when PostgreSQL ends it (a restart, an admin's
+    pg_terminate_backend), the next request opens another, and is neither refused nor billed twice."""
+    admin = Admin(replicas[0], MASTER)
+    created = admin.create_key(credits_micros=1_000)
+
+    async def chat(n: int) -> list[int]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            calls = [_post(client, replicas[i % 2], created["key"], "priced") for i in range(n)]
+            return [r.status_code for r in await asyncio.gather(*calls)]  # type: ignore[attr-defined]
+
+    assert asyncio.run(chat(4)) == [200] * 4
+    asyncio.run(_terminate(pg_url, f"application_name = '{BATCH_CONNECTION}'", expect=2))
+    assert asyncio.run(chat(4)) == [200] * 4
+    entries = admin.ledger(created["account_id"])
+    assert [e["kind"] for e in entries].count("reserve") == 8
+    assert (
+        admin.account(created["account_id"])["balance_micros"]
+        == 1_000 - 8 * 6
+        == sum(e["amount_micros"] for e in entries)
+    )
+    admin.close()
 
 
 def test_both_replicas_share_keys_and_see_a_revocation_at_once(replicas: list[str]) -> None:
@@ -199,21 +224,26 @@ async def _sql(pg_url: str, statement: str, *args: object) -> None:
         await conn.close()
 
 
-async def _cut_notifications(pg_url: str) -> None:
-    """Terminate the replicas' notification connections, and wait until PostgreSQL has closed them."""
+async def _terminate(pg_url: str, which: str, expect: int) -> None:
+    """Terminate the `expect` connections `which` selects, and wait until PostgreSQL has closed them."""
     conn = await asyncpg.connect(pg_url.replace("postgresql+asyncpg://", "postgresql://"))
-    who = "FROM pg_stat_activity WHERE application_name = 'inferplex-key-changes' AND datname = current_database()"
+    who = f"FROM pg_stat_activity WHERE {which} AND datname = current_database()"
     try:
-        assert await conn.fetchval("SELECT count(*) " + who) == 2
+        assert await conn.fetchval("SELECT count(*) " + who) == expect
         await conn.execute("SELECT pg_terminate_backend(pid) " + who)
         for _ in range(500):  # PostgreSQL ends a terminated backend asynchronously
             if not await conn.fetchval("SELECT count(*) " + who):
                 break
             await asyncio.sleep(0.01)
         else:
-            raise AssertionError("the notification connections were not closed")
+            raise AssertionError("the connections were not closed")
     finally:
         await conn.close()
+
+
+async def _cut_notifications(pg_url: str) -> None:
+    """Terminate the replicas' notification connections, and wait until PostgreSQL has closed them."""
+    await _terminate(pg_url, "application_name = 'inferplex-key-changes'", expect=2)
 
 
 def test_a_change_made_outside_the_gateways_reaches_both_at_once(replicas: list[str], pg_url: str) -> None:

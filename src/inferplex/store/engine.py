@@ -48,6 +48,7 @@ T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
 _ADVISORY_LOCK = 0x1F3A_C0DE  # any fixed 64-bit number, the same in every replica
 ADMIN_POOL = 4  # SQLAlchemy's connections per replica on PostgreSQL, beside `pool_size` for requests
+BATCH_CONNECTION = "inferplex-ledger"  # the application_name of the ledger batcher's own connection
 
 
 def default_url(data_dir: str) -> str:
@@ -66,6 +67,8 @@ class Database:
         self.pool_size = pool_size
         self._driver_pool: asyncpg.Pool | None = None
         self._driver_lock = asyncio.Lock()
+        self._batch_conn: asyncpg.Connection | None = None
+        self._batch_lock = asyncio.Lock()  # uncontended when its one caller is a batcher
         self._async: AsyncEngine | None = None
         self._sync: Engine | None = None
         self._reader: Engine | None = None
@@ -117,10 +120,26 @@ class Database:
         row: Mapping[str, Any] | None = await (await self._pool()).fetchrow(statement.sql, *statement.args(params))
         return row
 
-    async def fetch(self, sql: str, *args: Any) -> list[Mapping[str, Any]]:
-        """PostgreSQL: run `sql` (asyncpg's $n placeholders) on the driver pool; all its rows."""
-        rows: list[Mapping[str, Any]] = await (await self._pool()).fetch(sql, *args)
-        return rows
+    async def fetch_batch(self, sql: str, *args: Any) -> list[Mapping[str, Any]]:
+        """PostgreSQL: run `sql` (asyncpg's $n placeholders) for a batcher (batching.py); all its rows.
+
+        A batcher has at most one call in flight, so it gets one connection of its own: taking a connection
+        from asyncpg's pool and giving it back cost more client CPU than the call (about 60 µs of 100,
+        docs/benchmarks.md). A call that fails or is cancelled halfway closes the connection, since its state
+        is then unknown; the next call opens another."""
+        async with self._batch_lock:
+            conn = self._batch_conn
+            if conn is None or conn.is_closed():
+                conn = await asyncpg.connect(self.dsn, server_settings={"application_name": BATCH_CONNECTION})
+                await json_codecs(conn)
+                self._batch_conn = conn
+            try:
+                rows: list[Mapping[str, Any]] = await conn.fetch(sql, *args)
+            except BaseException:
+                self._batch_conn = None
+                conn.terminate()
+                raise
+            return rows
 
     def key_generation(self) -> int | None:
         """SQLite: `key_changes.generation` (migration 0003) read on the event loop's own connection, or None
@@ -212,6 +231,8 @@ class Database:
 
     async def aclose(self) -> None:
         if self._async is not None:
+            if self._batch_conn is not None:
+                await self._batch_conn.close()
             if self._driver_pool is not None:
                 await self._driver_pool.close()
             await self._async.dispose()

@@ -163,7 +163,7 @@ class Ledger:
         now = time.time()
         if not self.db.is_sqlite:
             columns = [[getattr(m, f.name) for m in moves] for f in fields(Move)]
-            rows = await self.db.fetch(_PG_BATCH, *columns, now)
+            rows = await self.db.fetch_batch(_PG_BATCH, *columns, now)
             out: list[int | None] = [None] * len(moves)
             for row in rows:
                 out[row["item"] - 1] = int(row["balance"])
