@@ -12,12 +12,16 @@ Each gateway is a real `inferplex serve` process in front of bench/upstream.py (
 open-loop at a fixed rate by bench/loadgen.py; the difference in latency between rows is the overhead.
 Needs PostgreSQL and Redis on 127.0.0.1 for the third row (skipped with a note if unreachable).
 
-`--throughput S` adds, per scenario, S seconds of `wrk -c50` (buffered) with the gateway pinned to core 0
-and everything else to core 1, as in bench/run.py: requests/s and the gateway's CPU per request with
-every accounts stage on. Afterwards the account's balance must still equal its ledger sum.
+`--throughput S` adds `--rounds` rounds of `wrk -c50` (buffered), S seconds per server, with every server
+pinned to core 0 and everything else to core 1, as in bench/run.py: requests/s and the gateway's CPU per
+request with every accounts stage on. All servers (the reference proxy of bench/reference_proxy.py too)
+run side by side and take turns within each round, so each scenario's ratio to the reference is taken
+against the reference measured moments before, and the median over rounds is reported: on a shared
+machine whose speed drifts by 20% over minutes, that is the comparison that holds still. Afterwards each
+key's balance must still equal its ledger sum.
 
     python bench/accounts.py --rps 200 --duration 10
-    python bench/accounts.py --rps 150 --duration 5 --throughput 8
+    python bench/accounts.py --rps 150 --duration 4 --warmup 1 --throughput 6 --rounds 5
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ import json
 import os
 import secrets
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,86 +90,62 @@ def config(upstream: str, tmp: Path, storage: dict[str, Any]) -> dict[str, Any]:
 
 
 def throughput(url: str, key: str, pid: int, pin: core_bench.Pinning, seconds: int) -> dict[str, Any]:
-    """`wrk -c50` on buffered calls after a 2 s warm-up: req/s, errors, and the server's CPU per request."""
-    core_bench.wrk(url, key, False, 2, 50, pin.load, model="bench-model")
+    """One round of `wrk -c50` on buffered calls: req/s, errors, and the server's CPU per request."""
     c0 = core_bench.cpu_seconds(pid)
     w = core_bench.wrk(url, key, False, seconds, 50, pin.load, model="bench-model")
     cpu = core_bench.cpu_seconds(pid) - c0
     return {
         "rps": w["rps"],
+        "requests": w["requests"],
         "non_2xx": w["non_2xx"],
         "socket_errors": w["socket_errors"],
         "cpu_us_per_req": 1e6 * cpu / max(w["requests"], 1),
     }
 
 
-def run_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, args: argparse.Namespace) -> dict[str, Any]:
+@dataclass
+class Server:
+    """A running server under test (a gateway or the reference proxy), pinned to the gateway's core."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    base: str
+    key: str = MASTER
+    account: str | None = None
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.base + "/v1/chat/completions"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+
+
+def start_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool) -> Server:
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     port = free_port()
     env = {**os.environ, "INFERPLEX_BENCH_MASTER": MASTER, "INFERPLEX_BENCH_UP": "sk-bench"}
     pin = core_bench.Pinning(True)
-    proc = subprocess.Popen(
-        [
-            *pin.prefix(pin.gateway),
-            sys.executable,
-            "-m",
-            "inferplex",
-            "serve",
-            "--config",
-            str(path),
-            "--port",
-            str(port),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)]
+    proc = subprocess.Popen([*pin.prefix(pin.gateway), *cmd], env=env, stdout=subprocess.DEVNULL)
+    server = Server(name, proc, f"http://127.0.0.1:{port}")
     try:
-        wait_http(base + "/health", proc)
-        key = MASTER
+        wait_http(server.base + "/health", proc)
         if use_key:
-            body = {
-                "name": "bench",
-                "credits_micros": 10**12,
-                "rpm": 10**6,
-                "tpm": 10**9,
-                "max_concurrent": 10_000,
-            }
-            r = httpx.post(base + "/admin/keys", json=body, headers={"Authorization": f"Bearer {MASTER}"})
+            body = {"name": "bench", "credits_micros": 10**12, "rpm": 10**6, "tpm": 10**9, "max_concurrent": 10_000}
+            r = httpx.post(server.base + "/admin/keys", json=body, headers={"Authorization": f"Bearer {MASTER}"})
             r.raise_for_status()
-            key = r.json()["key"]
-            account = r.json()["account_id"]
-        target = loadgen.Target.build(name, base + "/v1/chat/completions", key, "bench-model", stream=False)
-        result = asyncio.run(loadgen.run_rate(target, args.rps, args.duration, args.warmup))
-        out: dict[str, Any] = {}
-        if args.throughput:
-            out["throughput"] = throughput(base + "/v1/chat/completions", key, proc.pid, pin, args.throughput)
-            if use_key:
-                admin = {"Authorization": f"Bearer {MASTER}"}
-                time.sleep(1)  # settlements are booked in the background; let the last ones land
-                acct = httpx.get(f"{base}/admin/accounts/{account}", headers=admin).json()
-                ledger = httpx.get(f"{base}/admin/accounts/{account}/ledger", params={"limit": 10**7}, headers=admin)
-                entries = ledger.json()["data"]
-                out["throughput"]["reconciles"] = acct["balance_micros"] == sum(e["amount_micros"] for e in entries)
-        usage = httpx.get(
-            base + "/admin/usage/totals", params={"by": "model"}, headers={"Authorization": f"Bearer {MASTER}"}
-        ).json()
-        return {
-            **out,
-            "scenario": name,
-            "ok": len(result.latencies),
-            "non_2xx": result.non_2xx,
-            "errors": result.errors,
-            "latency": loadgen.summary(result.service),
-            "usage_rows": sum(g["requests"] for g in usage["data"]),
-        }
-    finally:
-        proc.terminate()
-        proc.wait(15)
+            server.key, server.account = r.json()["key"], r.json()["account_id"]
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
-def run_reference(upstream: str, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+def start_reference(upstream: str, tmp: Path) -> Server:
     """The 60-line aiohttp proxy (bench/reference_proxy.py) the core's budget is stated against, pinned and
     loaded exactly like each gateway: the floor each scenario's throughput is compared with."""
     path = tmp / "reference.yaml"
@@ -173,13 +155,49 @@ def run_reference(upstream: str, tmp: Path, args: argparse.Namespace) -> dict[st
     pin = core_bench.Pinning(True)
     script = str(Path(__file__).parent / "reference_proxy.py")
     proc = subprocess.Popen([*pin.prefix(pin.gateway), sys.executable, script, str(port)], env=env)
-    url = f"http://127.0.0.1:{port}/v1/chat/completions"
+    server = Server("reference", proc, f"http://127.0.0.1:{port}", key)
     try:
-        wait_http(f"http://127.0.0.1:{port}/health", proc)
-        return throughput(url, key, proc.pid, pin, args.throughput)
-    finally:
-        proc.terminate()
-        proc.wait(15)
+        wait_http(server.base + "/health", proc)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def latency(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+    """Open-loop calls at `--rps`: the latency each stage adds, and the usage rows that came of them."""
+    target = loadgen.Target.build(server.name, server.url, server.key, "bench-model", stream=False)
+    result = asyncio.run(loadgen.run_rate(target, args.rps, args.duration, args.warmup))
+    admin = {"Authorization": f"Bearer {MASTER}"}
+    usage = httpx.get(server.base + "/admin/usage/totals", params={"by": "model"}, headers=admin).json()
+    return {
+        "scenario": server.name,
+        "ok": len(result.latencies),
+        "non_2xx": result.non_2xx,
+        "errors": result.errors,
+        "latency": loadgen.summary(result.service),
+        "usage_rows": sum(g["requests"] for g in usage["data"]),
+    }
+
+
+def reconciles(server: Server) -> bool:
+    """Whether the key's account balance still equals the sum of its ledger."""
+    admin = {"Authorization": f"Bearer {MASTER}"}
+    acct = httpx.get(f"{server.base}/admin/accounts/{server.account}", headers=admin).json()
+    ledger = httpx.get(f"{server.base}/admin/accounts/{server.account}/ledger", params={"limit": 10**7}, headers=admin)
+    return bool(acct["balance_micros"] == sum(e["amount_micros"] for e in ledger.json()["data"]))
+
+
+def throughput_rounds(servers: list[Server], args: argparse.Namespace) -> None:
+    """`--rounds` rounds of `--throughput` seconds each, every server in turn within a round (the reference
+    first): the machine's speed drifts over minutes, so each scenario is compared with the reference
+    measured moments before it, round by round, and the median of those ratios is reported."""
+    pin = core_bench.Pinning(True)
+    for s in servers:  # warm every server up once (connections, caches, the JIT-less interpreter's caches)
+        core_bench.wrk(s.url, s.key, False, 2, 50, pin.load, model="bench-model")
+    for _ in range(args.rounds):
+        for s in servers:
+            s.rounds.append(throughput(s.url, s.key, s.proc.pid, pin, args.throughput))
 
 
 def drop_redis_prefix(prefix: str) -> None:
@@ -211,7 +229,8 @@ def main() -> int:
     p.add_argument("--rps", type=float, default=200)
     p.add_argument("--duration", type=float, default=10)
     p.add_argument("--warmup", type=float, default=2)
-    p.add_argument("--throughput", type=int, default=0, help="seconds of wrk -c50 per scenario (0: none)")
+    p.add_argument("--throughput", type=int, default=0, help="seconds of wrk -c50 per scenario and round (0: none)")
+    p.add_argument("--rounds", type=int, default=3, help="throughput rounds, every scenario in each")
     args = p.parse_args()
     up_port = free_port()
     load = core_bench.Pinning(True)
@@ -219,36 +238,54 @@ def main() -> int:
         [*load.prefix(load.load), sys.executable, str(Path(__file__).parent / "upstream.py"), "--port", str(up_port)],
         stdout=subprocess.DEVNULL,
     )
+    servers: list[Server] = []
     rows: list[dict[str, Any]] = []
     load.pin_self()
+    dbs = ["inferplex_bench_" + secrets.token_hex(4) for _ in range(2)]  # one per PostgreSQL scenario
+    prefix = f"inferplex_bench:{secrets.token_hex(4)}:"
+    created: list[str] = []
     try:
         wait_http(f"http://127.0.0.1:{up_port}/health", upstream)
         up = f"http://127.0.0.1:{up_port}/v1"
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             if args.throughput:
-                reference = run_reference(up, tmp, args)
+                servers.append(start_reference(up, tmp))
             for name, use_key in (("master", False), ("key-sqlite", True)):
                 sqlite = {"database_url": f"sqlite+aiosqlite:///{tmp / name}.db"}
-                rows.append(run_gateway(name, config(up, tmp, sqlite), tmp, use_key, args))
-            db = "inferplex_bench_" + secrets.token_hex(4)
-            prefix = f"inferplex_bench:{secrets.token_hex(4)}:"
+                servers.append(start_gateway(name, config(up, tmp, sqlite), tmp, use_key))
             try:
-                pg_admin(f'CREATE DATABASE "{db}"')
+                for db in dbs:
+                    pg_admin(f'CREATE DATABASE "{db}"')
+                    created.append(db)
             except OSError as exc:
-                print(f"PostgreSQL unreachable ({exc}); skipping key-postgres-redis", file=sys.stderr)
+                print(f"PostgreSQL unreachable ({exc}); skipping key-postgres and key-postgres-redis", file=sys.stderr)
             else:
-                try:
-                    pg = {"database_url": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}"}
-                    rows.append(run_gateway("key-postgres", config(up, tmp, pg), tmp, True, args))
-                    storage = {**pg, "redis_url": REDIS_URL, "redis_prefix": prefix}
-                    rows.append(run_gateway("key-postgres-redis", config(up, tmp, storage), tmp, True, args))
-                finally:
-                    pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-                    drop_redis_prefix(prefix)
+                pg, pg_redis = ({"database_url": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}"} for db in dbs)
+                servers.append(start_gateway("key-postgres", config(up, tmp, pg), tmp, True))
+                storage = {**pg_redis, "redis_url": REDIS_URL, "redis_prefix": prefix}
+                servers.append(start_gateway("key-postgres-redis", config(up, tmp, storage), tmp, True))
+            gateways = [s for s in servers if s.name != "reference"]
+            for s in gateways:
+                rows.append(latency(s, args))
+            if args.throughput:
+                throughput_rounds(servers, args)
+                time.sleep(1)  # settlements are booked in the background; let the last ones land
+                for s, row in zip(gateways, rows, strict=True):
+                    row["throughput"] = s.rounds
+                    if s.account is not None:
+                        row["reconciles"] = reconciles(s)
+            for s in servers:
+                s.stop()
     finally:
+        for s in servers:
+            if s.proc.poll() is None:
+                s.stop()
         upstream.terminate()
         upstream.wait(15)
+        for db in created:
+            pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        drop_redis_prefix(prefix)
     base = rows[0]["latency"]
     print(f"{'scenario':<20} {'ok':>6} {'non2xx':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} rows")
     for r in rows:
@@ -259,13 +296,20 @@ def main() -> int:
         )
     out: dict[str, Any] = {"rps": args.rps, "duration_s": args.duration, "rows": rows}
     if args.throughput:
-        # The core's budget, 4,000 of the reference's 7,400 req/s on the team's machine: a ratio of 0.54.
-        print(f"\n{'scenario':<20} {'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'of reference':>13} {'non2xx':>7} "
-              "reconciles")  # fmt: skip
-        for name, t in [("reference", reference), *((r["scenario"], r["throughput"]) for r in rows)]:
-            print(f"{name:<20} {t['rps']:>15.0f} {t['cpu_us_per_req']:>11.0f} {t['rps'] / reference['rps']:>13.2f} "
-                  f"{t['non_2xx']:>7} {t.get('reconciles', '-')}")  # fmt: skip
-        out["reference"] = reference
+        # The core's budget, 4,000 of the reference's 7,400 req/s on the team's machine: a ratio of 0.54. Each
+        # round's ratio is against the reference's rate in the same round; the median over rounds is shown.
+        ref = servers[0].rounds
+        print(f"\n{'scenario':<20} {'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'of reference':>13} {'per round':>20} "
+              f"{'non2xx':>7} reconciles")  # fmt: skip
+        for s in servers:
+            ratios = [t["rps"] / r["rps"] for t, r in zip(s.rounds, ref, strict=True)]
+            rps = statistics.median(t["rps"] for t in s.rounds)
+            cpu = statistics.median(t["cpu_us_per_req"] for t in s.rounds)
+            each = " ".join(f"{x:.2f}" for x in ratios)
+            recon = next((r.get("reconciles", "-") for r in rows if r["scenario"] == s.name), "-")
+            print(f"{s.name:<20} {rps:>15.0f} {cpu:>11.0f} {statistics.median(ratios):>13.2f} {each:>20} "
+                  f"{sum(t['non_2xx'] for t in s.rounds):>7} {recon}")  # fmt: skip
+        out["reference"] = ref
     print(json.dumps(out))
     return 0
 
