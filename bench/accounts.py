@@ -22,6 +22,7 @@ key's balance must still equal its ledger sum.
 
     python bench/accounts.py --rps 200 --duration 10
     python bench/accounts.py --rps 150 --duration 4 --warmup 1 --throughput 6 --rounds 5
+    python bench/accounts.py ... --compare /path/to/other/checkout/src   # every scenario of both, A/B
 """
 
 from __future__ import annotations
@@ -123,11 +124,14 @@ class Server:
         self.proc.wait(15)
 
 
-def start_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool) -> Server:
+def start_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, src: str | None = None) -> Server:
+    """A gateway of this checkout, or of the `src/` directory of another (`--compare`)."""
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     port = free_port()
     env = {**os.environ, "INFERPLEX_BENCH_MASTER": MASTER, "INFERPLEX_BENCH_UP": "sk-bench"}
+    if src is not None:
+        env["PYTHONPATH"] = str(Path(src).resolve())
     pin = core_bench.Pinning(True)
     cmd = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)]
     proc = subprocess.Popen([*pin.prefix(pin.gateway), *cmd], env=env, stdout=subprocess.DEVNULL)
@@ -231,6 +235,12 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=2)
     p.add_argument("--throughput", type=int, default=0, help="seconds of wrk -c50 per scenario and round (0: none)")
     p.add_argument("--rounds", type=int, default=3, help="throughput rounds, every scenario in each")
+    p.add_argument(
+        "--compare",
+        metavar="SRC",
+        help="also run every scenario from this src/ directory (another checkout), named <scenario>@compare, "
+        "in the same rounds: an A/B that the machine's drift between runs cannot blur",
+    )
     args = p.parse_args()
     up_port = free_port()
     load = core_bench.Pinning(True)
@@ -241,9 +251,9 @@ def main() -> int:
     servers: list[Server] = []
     rows: list[dict[str, Any]] = []
     load.pin_self()
-    dbs = ["inferplex_bench_" + secrets.token_hex(4) for _ in range(2)]  # one per PostgreSQL scenario
     prefix = f"inferplex_bench:{secrets.token_hex(4)}:"
-    created: list[str] = []
+    created: list[str] = []  # PostgreSQL databases, one per PostgreSQL scenario and build
+    builds: list[tuple[str, str | None]] = [("", None)] + ([("@compare", args.compare)] if args.compare else [])
     try:
         wait_http(f"http://127.0.0.1:{up_port}/health", upstream)
         up = f"http://127.0.0.1:{up_port}/v1"
@@ -251,20 +261,25 @@ def main() -> int:
             tmp = Path(d)
             if args.throughput:
                 servers.append(start_reference(up, tmp))
-            for name, use_key in (("master", False), ("key-sqlite", True)):
-                sqlite = {"database_url": f"sqlite+aiosqlite:///{tmp / name}.db"}
-                servers.append(start_gateway(name, config(up, tmp, sqlite), tmp, use_key))
+            for suffix, src in builds:
+                for name, use_key in (("master", False), ("key-sqlite", True)):
+                    sqlite = {"database_url": f"sqlite+aiosqlite:///{tmp / (name + suffix)}.db"}
+                    servers.append(start_gateway(name + suffix, config(up, tmp, sqlite), tmp, use_key, src))
             try:
-                for db in dbs:
+                for _ in range(2 * len(builds)):
+                    db = "inferplex_bench_" + secrets.token_hex(4)
                     pg_admin(f'CREATE DATABASE "{db}"')
                     created.append(db)
             except OSError as exc:
                 print(f"PostgreSQL unreachable ({exc}); skipping key-postgres and key-postgres-redis", file=sys.stderr)
             else:
-                pg, pg_redis = ({"database_url": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}"} for db in dbs)
-                servers.append(start_gateway("key-postgres", config(up, tmp, pg), tmp, True))
-                storage = {**pg_redis, "redis_url": REDIS_URL, "redis_prefix": prefix}
-                servers.append(start_gateway("key-postgres-redis", config(up, tmp, storage), tmp, True))
+                urls = iter(f"postgresql+asyncpg://postgres@127.0.0.1:5432/{db}" for db in created)
+                for suffix, src in builds:
+                    pg = {"database_url": next(urls)}
+                    servers.append(start_gateway("key-postgres" + suffix, config(up, tmp, pg), tmp, True, src))
+                    storage = {"database_url": next(urls), "redis_url": REDIS_URL, "redis_prefix": prefix + suffix}
+                    cfg = config(up, tmp, storage)
+                    servers.append(start_gateway("key-postgres-redis" + suffix, cfg, tmp, True, src))
             gateways = [s for s in servers if s.name != "reference"]
             for s in gateways:
                 rows.append(latency(s, args))
@@ -287,11 +302,11 @@ def main() -> int:
             pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         drop_redis_prefix(prefix)
     base = rows[0]["latency"]
-    print(f"{'scenario':<20} {'ok':>6} {'non2xx':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} rows")
+    print(f"{'scenario':<27} {'ok':>6} {'non2xx':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} rows")
     for r in rows:
         lat = r["latency"]
         print(
-            f"{r['scenario']:<20} {r['ok']:>6} {r['non_2xx']:>6} {lat['p50_ms']:>8.2f} {lat['p90_ms']:>8.2f} "
+            f"{r['scenario']:<27} {r['ok']:>6} {r['non_2xx']:>6} {lat['p50_ms']:>8.2f} {lat['p90_ms']:>8.2f} "
             f"{lat['p99_ms']:>8.2f} {lat['p50_ms'] - base['p50_ms']:>+8.2f} {r['usage_rows']}"
         )
     out: dict[str, Any] = {"rps": args.rps, "duration_s": args.duration, "rows": rows}
@@ -299,7 +314,7 @@ def main() -> int:
         # The core's budget, 4,000 of the reference's 7,400 req/s on the team's machine: a ratio of 0.54. Each
         # round's ratio is against the reference's rate in the same round; the median over rounds is shown.
         ref = servers[0].rounds
-        print(f"\n{'scenario':<20} {'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'of reference':>13} {'per round':>20} "
+        print(f"\n{'scenario':<27} {'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'of reference':>13} {'per round':>20} "
               f"{'non2xx':>7} reconciles")  # fmt: skip
         for s in servers:
             ratios = [t["rps"] / r["rps"] for t, r in zip(s.rounds, ref, strict=True)]
@@ -307,7 +322,7 @@ def main() -> int:
             cpu = statistics.median(t["cpu_us_per_req"] for t in s.rounds)
             each = " ".join(f"{x:.2f}" for x in ratios)
             recon = next((r.get("reconciles", "-") for r in rows if r["scenario"] == s.name), "-")
-            print(f"{s.name:<20} {rps:>15.0f} {cpu:>11.0f} {statistics.median(ratios):>13.2f} {each:>20} "
+            print(f"{s.name:<27} {rps:>15.0f} {cpu:>11.0f} {statistics.median(ratios):>13.2f} {each:>20} "
                   f"{sum(t['non_2xx'] for t in s.rounds):>7} {recon}")  # fmt: skip
         out["reference"] = ref
     print(json.dumps(out))
