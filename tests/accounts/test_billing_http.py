@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
+from inferplex.store.engine import Database
 from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -248,3 +251,29 @@ def test_the_usage_log_keeps_the_response_body_when_asked(server: GatewayServer,
     logged = rows[resp.headers["x-request-id"]]["response_body"]
     assert logged["choices"][0]["message"]["content"] == streamed == "echo: four five"
     assert logged["choices"][0]["finish_reason"] == "stop" and logged["usage"]["completion_tokens"] == 3
+
+
+def test_a_ledger_that_cannot_be_reached_answers_503_and_charges_nothing(
+    server: GatewayServer, admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The database drops the connection in the middle of the reservation's batch (as a restart does).
+    created = admin.create_key(credits_micros=1_000)
+    assert post(server, created["key"], body(max_tokens=2)).status_code == 200
+    if server.config.storage.database_url and not server.config.storage.database_url.startswith("sqlite"):
+        failure: BaseException = asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+        name = "fetch_batch"
+    else:
+        failure, name = sqlite3.OperationalError("disk I/O error"), "write_driver"
+
+    async def unreachable(*args: object, **kwargs: object) -> object:
+        raise failure
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Database, name, unreachable)
+        r = post(server, created["key"], body(max_tokens=2))
+    assert r.status_code == 503
+    assert r.json()["error"]["code"] == "store_unavailable"
+    assert post(server, created["key"], body(max_tokens=2)).status_code == 200  # reachable again: served
+    entries = admin.ledger(created["account_id"])
+    assert [e["kind"] for e in entries].count("reserve") == 2  # the refused request reserved nothing
+    assert assert_reconciles(admin, created["account_id"]) == 1_000 - 2 * 6

@@ -33,6 +33,7 @@ from inferplex.limits import Hold, LimitStore, LimitsUnavailable
 from inferplex.limits.slots import FairSlots
 from inferplex.pipeline import Admission, Context
 from inferplex.routing.pricing import price_for
+from inferplex.store.engine import StoreUnavailable
 from inferplex.store.ledger import Ledger
 from inferplex.translate.openai_shapes import completion_from_chunks
 from inferplex.usage_log import UsageLog
@@ -103,6 +104,12 @@ class AccountGuard:
             await self._release(held)
             raise Unavailable(
                 "Limits cannot be checked right now; try again shortly.", code="limits_unavailable"
+            ) from None
+        except StoreUnavailable as exc:
+            await self._release(held)
+            log.warning("request %s refused: %s", ctx.request_id, exc)
+            raise Unavailable(
+                "Credits cannot be checked right now; try again shortly.", code="store_unavailable"
             ) from None
         return _Admission(self, model, request, reserved, held, plan)
 

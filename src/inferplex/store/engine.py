@@ -51,6 +51,23 @@ ADMIN_POOL = 4  # SQLAlchemy's connections per replica on PostgreSQL, beside `po
 BATCH_CONNECTION = "inferplex-ledger"  # the application_name of the ledger batcher's own connection
 
 
+class StoreUnavailable(Exception):
+    """The database could not be reached, or gave up, for a statement a request waits on: the request is
+    answered 503, not 500, and nothing of it was applied."""
+
+
+# What a driver raises when the database cannot be reached or dropped the connection (not a bad statement):
+# refused or lost sockets, asyncpg's closed-connection and connection-class errors, SQLite's I/O and lock
+# failures.
+UNREACHABLE: tuple[type[BaseException], ...] = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    sqlite3.OperationalError,
+)
+
+
 def default_url(data_dir: str) -> str:
     return f"sqlite:///{Path(data_dir) / 'inferplex.db'}"
 

@@ -25,7 +25,7 @@ from sqlalchemy import bindparam, func, insert, select, update
 from inferplex.batching import Batcher
 from inferplex.store import tables as t
 from inferplex.store.driver import first_row
-from inferplex.store.engine import Database
+from inferplex.store.engine import UNREACHABLE, Database, StoreUnavailable
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +159,16 @@ class Ledger:
 
     async def move_many(self, moves: list[Move]) -> list[int | None]:
         """Apply `moves` in one transaction (one round trip on PostgreSQL): for each, the balance after it, or
-        None if it was not applied (a reservation the balance could not cover, or no such account)."""
+        None if it was not applied (a reservation the balance could not cover, or no such account). Raises
+        StoreUnavailable if the database cannot be reached. The transaction then did not commit (a lost
+        connection aborts it), except in the one case no client can tell apart: a connection lost after the
+        commit and before its reply. A reservation then stays held, and the ledger still sums to the balance."""
+        try:
+            return await self._apply(moves)
+        except UNREACHABLE as exc:
+            raise StoreUnavailable(f"the credit ledger cannot be reached ({type(exc).__name__}: {exc})") from exc
+
+    async def _apply(self, moves: list[Move]) -> list[int | None]:
         now = time.time()
         if not self.db.is_sqlite:
             columns = [[getattr(m, f.name) for m in moves] for f in fields(Move)]
