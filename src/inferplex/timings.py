@@ -42,33 +42,35 @@ class Timings:
             return 0.0
         return (self.first_token - self.start) * 1000
 
-    def spans_ms(self) -> tuple[float, float]:
-        """(total, upstream) so far, in ms rounded to 0.01: what the usage log keeps of a request's timings."""
-        now = time.perf_counter()
-        upstream = ((self.upstream_end or now) - self.upstream_start) * 1000 if self.upstream_start else 0.0
-        return _ms((now - self.start) * 1000), _ms(upstream)
-
-    def as_dict(self, completion_tokens: int | None = None, *, stream: bool = False) -> dict[str, float]:
+    def _spans(self) -> tuple[float, float, float]:
+        """(total ms, upstream ms, when the upstream part ended) so far."""
         now = time.perf_counter()
         end = self.upstream_end or now
-        total = (now - self.start) * 1000
-        upstream = (end - self.upstream_start) * 1000 if self.upstream_start else 0.0
+        return (now - self.start) * 1000, (end - self.upstream_start) * 1000 if self.upstream_start else 0.0, end
+
+    def spans_ms(self) -> tuple[float, float]:
+        """(total, upstream) so far, in ms to 0.01: what the usage log keeps of a request's timings."""
+        total, upstream, _ = self._spans()
+        return _round2(total), _round2(upstream)
+
+    def as_dict(self, completion_tokens: int | None = None, *, stream: bool = False) -> dict[str, float]:
+        total, upstream, end = self._spans()
         gateway = total - upstream - self.queued_ms - self.processors_ms
-        out = {"total_ms": _ms(total), "upstream_ms": _ms(upstream), "gateway_ms": _ms(max(gateway, 0.0))}
+        out = {"total_ms": _round2(total), "upstream_ms": _round2(upstream), "gateway_ms": _round2(max(gateway, 0.0))}
         if stream and self.first_token:
-            out["ttft_ms"] = _ms(self.ttft_ms)
+            out["ttft_ms"] = _round2(self.ttft_ms)
         if completion_tokens and upstream > 0:
             # Streams measure decode speed from the first token; buffered calls can only use the whole call.
             gen_ms = (end - self.first_token) * 1000 if stream and self.first_token else upstream
-            out["tokens_per_second"] = _ms(completion_tokens * 1000 / (gen_ms or upstream))
+            out["tokens_per_second"] = _round2(completion_tokens * 1000 / (gen_ms or upstream))
         if self.queued_ms > 0:
-            out["queued_ms"] = _ms(self.queued_ms)
+            out["queued_ms"] = _round2(self.queued_ms)
         if self.processors_ms > 0:
-            out["processors_ms"] = _ms(self.processors_ms)
+            out["processors_ms"] = _round2(self.processors_ms)
         return out
 
 
-def _ms(value: float) -> float:
+def _round2(value: float) -> float:
     """Rounded half up to 0.01: the same float as `round(value, 2)` but for exact ties, at a fifth of its
     cost (every response reports four or five of these)."""
     return floor(value * 100 + 0.5) / 100

@@ -52,16 +52,15 @@ BATCH_CONNECTION = "inferplex-ledger"  # the application_name of the ledger batc
 
 
 class StoreUnavailable(Exception):
-    """The database could not be reached, or gave up, for a statement a request waits on: the request is
-    answered 503, not 500, and nothing of it was applied."""
+    """The database could not be reached, or dropped the connection, for a statement a request waits on:
+    the request is answered 503, not 500."""
 
 
 # What a driver raises when the database cannot be reached or dropped the connection (not a bad statement):
-# refused or lost sockets, asyncpg's closed-connection and connection-class errors, SQLite's I/O and lock
-# failures.
+# refused, lost or timed-out sockets (TimeoutError is an OSError), asyncpg's closed-connection and
+# connection-class errors, SQLite's I/O and lock failures.
 UNREACHABLE: tuple[type[BaseException], ...] = (
     OSError,
-    TimeoutError,
     asyncpg.PostgresConnectionError,
     asyncpg.InterfaceError,
     sqlite3.OperationalError,
