@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import pytest
 import redis.asyncio as aioredis
@@ -151,7 +152,8 @@ async def test_a_redis_that_stops_answering_is_given_up_on_within_the_socket_tim
     swallowed = bytearray()
 
     async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", 6379)
+        redis_at = urlsplit(REDIS_URL)
+        up_reader, up_writer = await asyncio.open_connection(redis_at.hostname, redis_at.port)
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             while data := await src.read(65536):
