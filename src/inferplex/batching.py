@@ -41,7 +41,9 @@ class Batcher(Generic[I, O]):
         self._drainer: asyncio.Task[None] | None = None
 
     async def submit(self, item: I) -> O:
-        """`item` applied with whatever else is queued; its result, or the exception the batch raised."""
+        """`item` applied with whatever else is queued; its result, or the exception the batch raised. A
+        coroutine, for `create_task`; a caller that awaits at once uses `await enqueue(item)`, which queues
+        the same way without a coroutine of its own (the stores' per-request calls do)."""
         return await self.enqueue(item)
 
     def enqueue(self, item: I, *, keep: bool = False) -> asyncio.Future[O]:

@@ -240,7 +240,7 @@ class RedisCooldowns:
             self._listener = asyncio.get_running_loop().create_task(self._listen(), name="cooldown-listener")
         openings = self._openings
         try:
-            gate, wait = await self._checks.submit((key, int(policy.period * 1000)))
+            gate, wait = await self._checks.enqueue((key, int(policy.period * 1000)))
         except Exception as exc:  # the shared view is an optimisation; routing goes on without it
             log.warning("cooldown store unavailable (%s): treating %s as healthy", exc, key)
             return _CLOSED

@@ -130,7 +130,7 @@ class Ledger:
 
     async def reserve(self, account_id: str, amount: int, *, request_id: str, key_id: str | None) -> int | None:
         """Take `amount` from the balance if it covers it: the new balance, or None (nothing changed)."""
-        return await self._batch.submit(Move(account_id, "reserve", -amount, True, request_id, key_id))
+        return await self._batch.enqueue(Move(account_id, "reserve", -amount, True, request_id, key_id))
 
     async def settle(self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None) -> int:
         """Return the unused part of a reservation (or take the overrun): one `settle` row of reserved-actual."""
