@@ -11,6 +11,12 @@ import asyncio
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
+# A wait this short is the rounding of the bucket's floating-point arithmetic, not a limit: a request that
+# exactly fills its bucket (a limit of 1 per minute, a prompt as large as the tpm) computes a wait of
+# (now + window) - window - now, which is a few ulps either side of zero. One µs is also the resolution of
+# Redis' clock.
+ROUNDING_S = 1e-6
+
 
 class Rate(NamedTuple):
     """`amount` against a bucket of `limit` per `window_s` seconds, stored under `key`."""

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from inferplex.limits import Hold, Rate
+from inferplex.limits import ROUNDING_S, Hold, Rate
 
 
 class MemoryLimits:
@@ -26,7 +26,7 @@ class MemoryLimits:
             if w > wait:
                 wait, worst = w, i
             updates.append((r.key, tat + r.amount * interval))
-        if wait > 0 and not force:
+        if wait > ROUNDING_S and not force:
             return wait, worst
         self._tat.update(updates)
         return 0.0, -1
