@@ -100,6 +100,61 @@ async def test_finish_charges_tokens_and_gives_slots_back_in_one_call(store: Lim
     await store.finish([], [("a", "r1")])  # releasing again changes nothing
 
 
+async def test_one_batch_of_operations_on_the_same_keys_acts_as_each_alone_in_turn(store: LimitStore) -> None:
+    """Queued together, operations share one store call (on Redis, one script that reads and writes each key
+    once): the outcome must still be that of applying them one by one in the order they were made."""
+    rpm, tpm = Rate("b:rpm", 1, 4, 3600), Rate("b:tpm", 40, 100, 3600)
+    first = await asyncio.gather(*(store.admit([rpm, tpm], [Hold("b:conc", 2, f"r{i}")]) for i in range(6)))
+    # rpm allows 4 and tpm 2 (40 + 40, then 80 + 40 > 100): two admitted, each with one of the two slots; the
+    # refusals charge nothing, so one more request of 20 tokens still fits.
+    assert [(w == 0, taken) for w, _, taken in first] == [(True, (True,))] * 2 + [(False, (False,))] * 4
+    assert [worst for _, worst, _ in first[2:]] == [1] * 4
+    # One batch (queued while an unrelated call is in flight): an admit that finds both slots held, a finish
+    # that charges 10 output tokens and frees r0's slot, then three admits of 4 tokens, one with a new rpm
+    # bucket. Alone in turn: 90 + 4 = 94, 98, then 102 > 100 refused; r0's slot goes to the first of them, and
+    # the second finds both slots held again. (No sum lands on the limit itself: a bucket is floating point.)
+    busy = asyncio.ensure_future(store.admit([Rate("other:rpm", 1, 10, 3600)], []))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+
+    async def finish() -> tuple[float, int, tuple[bool, ...]]:
+        await store.finish([Rate("b:tpm", 10, 100, 3600)], [("b:conc", "r0")])
+        return 0.0, -1, ()
+
+    later = await asyncio.gather(
+        store.admit([], [Hold("b:conc", 2, "early")]),
+        finish(),
+        store.admit([Rate("b:tpm", 4, 100, 3600)], [Hold("b:conc", 2, "s0")]),
+        store.admit([Rate("b:tpm", 4, 100, 3600), Rate("b2:rpm", 1, 1, 3600)], [Hold("b:conc", 2, "s1")]),
+        store.admit([Rate("b:tpm", 4, 100, 3600)], []),
+    )
+    assert (await busy)[0] == 0
+    assert [(w == 0, taken) for w, _, taken in later] == [
+        (True, (False,)),
+        (True, ()),
+        (True, (True,)),
+        (True, (False,)),
+        (False, ()),
+    ]
+    assert await store.in_use("b:conc") == 2
+    assert (await take(store, [Rate("b2:rpm", 1, 1, 3600)]))[0] > 0  # the second admit charged its new bucket
+    assert (await take(store, [Rate("b:tpm", 3, 100, 3600)]))[0] > 0  # 98 taken: 3 more do not fit
+    assert await take(store, [Rate("b:tpm", 1, 100, 3600)]) == (0.0, -1)  # and 1 does
+
+
+@pytest.mark.parametrize("now", [4088.671450099411, 1_764_000_000.25])
+async def test_a_request_that_exactly_fills_its_bucket_is_admitted_whatever_the_clock(
+    now: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At some clock values (now + 60) - 60 - now is a few ulps above zero: that rounding once refused the
+    first request of a 1-per-minute key, and a prompt as large as its tpm, at random."""
+    monkeypatch.setattr("inferplex.limits.memory.time.monotonic", lambda: now)
+    store = MemoryLimits()
+    assert await take(store, rate("one:rpm", 1, 1)) == (0.0, -1)
+    assert await take(store, rate("full:tpm", 1000, 1000)) == (0.0, -1)
+    assert (await take(store, rate("one:rpm", 1, 1)))[0] == pytest.approx(60)
+
+
 async def test_fair_slots_serve_waiters_in_arrival_order_and_time_out(store: LimitStore) -> None:
     slots = FairSlots(store, poll_s=0.01)
     assert await slots.acquire("q", 1, "first", 1.0) == 0.0

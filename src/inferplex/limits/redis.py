@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from inferplex.batching import Batcher
-from inferplex.limits import Hold, LimitsUnavailable, Rate
+from inferplex.limits import ROUNDING_S, Hold, LimitsUnavailable, Rate
 from inferplex.redis_script import DedicatedScript
 
 log = logging.getLogger("inferplex.limits")
@@ -28,22 +28,59 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
+# Each key is read at most once per script call and written at most once, at its end (`flush`): a batch of
+# requests on the same key (a key's rpm and tpm buckets, its concurrency slots) then costs Redis a few calls in
+# all instead of several per request, with the same result as applying each operation alone in turn (`now`
+# is one value for the whole call). A bucket's "theoretical arrival time" is kept in `tats` once read; a
+# holders zset is swept of expired leases and counted once (`held`), then kept counted as holders are added
+# and removed.
+_STATE = """
+local tats, dirty, held, leased = {}, {}, {}, {}
+local function tat_of(key)
+  local tat = tats[key]
+  if tat == nil then
+    tat = tonumber(redis.call('GET', key) or '0')
+    tats[key] = tat
+  end
+  return tat
+end
+local function held_of(key)
+  local n = held[key]
+  if n == nil then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+    n = redis.call('ZCARD', key)
+    held[key] = n
+  end
+  return n
+end
+local function flush()
+  for key in pairs(dirty) do
+    local tat = tats[key]
+    redis.call('SET', key, string.format('%.17g', tat), 'PX', math.ceil((tat - now) * 1000) + 1000)
+  end
+  for key, lease in pairs(leased) do
+    redis.call('PEXPIRE', key, math.ceil(lease * 1000))
+  end
+end
+"""
+
 # GCRA over the buckets KEYS[k+1..k+n], with (amount, limit, window_s) for each at v[a+1..a+3n]. All or
 # nothing unless `force` (charge even into debt): returns (0, 0) once applied, else (seconds to wait, index of
 # the bucket that waits longest) with nothing changed. Stored with 17 significant digits: Lua's `tostring`
 # keeps 14, which at UNIX-time magnitudes rounds by up to 50 us, enough to refuse the last request of a burst
 # when a batch of requests shares one `now`.
-_RATES = """
+_RATES = (
+    """
 local function rates(v, k, a, n, force)
   local wait = 0
   local worst = 0
-  local tats = {}
+  local after = {}
   for i = 1, n do
     local amount = tonumber(v[a + i * 3 - 2])
     local limit = tonumber(v[a + i * 3 - 1])
     local window = tonumber(v[a + i * 3])
     local interval = window / limit
-    local tat = tonumber(redis.call('GET', KEYS[k + i]) or '0')
+    local tat = tat_of(KEYS[k + i])
     if tat < now then tat = now end
     local check = amount
     if check > limit then check = limit end
@@ -52,29 +89,39 @@ local function rates(v, k, a, n, force)
       wait = w
       worst = i
     end
-    tats[i] = tat + amount * interval
+    after[i] = tat + amount * interval
   end
-  if wait > 0 and not force then return wait, worst end
+  if wait > """
+    + repr(ROUNDING_S)
+    + """ and not force then return wait, worst end
   for i = 1, n do
-    redis.call('SET', KEYS[k + i], string.format('%.17g', tats[i]), 'PX', math.ceil((tats[i] - now) * 1000) + 1000)
+    tats[KEYS[k + i]] = after[i]
+    dirty[KEYS[k + i]] = true
   end
   return 0, 0
 end
 """
+)
 
 # One of `limit` slots of the holders zset `key` (scored by lease expiry): 1 if taken, else 0.
 _SLOT = """
 local function acquire(key, limit, holder, lease)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
-  if redis.call('ZCARD', key) >= limit then return 0 end
-  redis.call('ZADD', key, now + lease, holder)
-  redis.call('PEXPIRE', key, math.ceil(lease * 1000))
+  local n = held_of(key)
+  if n >= limit then return 0 end
+  held[key] = n + redis.call('ZADD', key, now + lease, holder)
+  leased[key] = lease
   return 1
+end
+local function release(key, holder)
+  local removed = redis.call('ZREM', key, holder)
+  if held[key] ~= nil then held[key] = held[key] - removed end
 end
 """
 
 # KEYS[1] holders zset; ARGV: limit, holder, lease_s
-_ACQUIRE = _NOW + _SLOT + "return acquire(KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]))"
+_ACQUIRE = (
+    _NOW + _STATE + _SLOT + "local r = acquire(KEYS[1], tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])) flush() return r"
+)
 
 # Many requests' admissions and finishes in one call (batching.py), each applied in turn as if alone.
 # ARGV: lease_s, then one string per operation (one argument each: packing and parsing a dozen per request
@@ -87,6 +134,7 @@ _ACQUIRE = _NOW + _SLOT + "return acquire(KEYS[1], tonumber(ARGV[1]), ARGV[2], t
 # string: redis-py's parser is Python, and one element per operation cost it as much as packing the call.
 _BATCH = (
     _NOW
+    + _STATE
     + _RATES
     + _SLOT
     + """
@@ -113,11 +161,12 @@ for o = 2, #ARGV do
   else
     if n > 0 then rates(v, k, a, n, true) end
     a, k = a + n * 3, k + n
-    for j = 1, m do redis.call('ZREM', KEYS[k + j], v[a + j]) end
+    for j = 1, m do release(KEYS[k + j], v[a + j]) end
   end
   k = k + m
   out[#out + 1] = reply
 end
+flush()
 return table.concat(out, ',')
 """
 )
