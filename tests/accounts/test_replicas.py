@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from inferplex.store.engine import ADMIN_POOL, BATCH_CONNECTION
+from inferplex.store.engine import ADMIN_POOL, BATCH_CONNECTION, USAGE_CONNECTION
 from tests.accounts.conftest import REDIS_URL, Admin, billing_config, restart_redis_scripts
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import free_port
@@ -171,8 +171,9 @@ def test_under_a_burst_each_replica_keeps_to_its_connection_pool(replicas: list[
 
     statuses, seen = asyncio.run(run())
     assert statuses == [200] * 120
-    # Per replica: the two pools, and two connections of their own (key changes' LISTEN, the ledger's batches).
-    assert 2 <= seen <= 2 * (POOL + ADMIN_POOL + 2)
+    # Per replica: the two pools, and three connections of their own (key changes' LISTEN, the ledger's
+    # batches, the usage log's writer).
+    assert 2 <= seen <= 2 * (POOL + ADMIN_POOL + 3)
 
 
 def test_the_ledger_reconnects_when_postgresql_drops_its_connection(replicas: list[str], pg_url: str) -> None:
@@ -197,6 +198,33 @@ def test_the_ledger_reconnects_when_postgresql_drops_its_connection(replicas: li
         == sum(e["amount_micros"] for e in entries)
     )
     admin.close()
+
+
+def test_no_usage_row_is_lost_when_postgresql_drops_the_writers_connection(replicas: list[str], pg_url: str) -> None:
+    """Usage rows are appended with COPY on a connection of the writer's own: when PostgreSQL ends it, the
+    batch that finds it gone is written again on a new one, and every request keeps its row."""
+    admins = [Admin(url, MASTER) for url in replicas]
+    created = admins[0].create_key(credits_micros=1_000)
+
+    async def chat(n: int) -> list[int]:
+        async with httpx.AsyncClient(timeout=30) as client:
+            calls = [_post(client, replicas[i % 2], created["key"], "priced") for i in range(n)]
+            return [r.status_code for r in await asyncio.gather(*calls)]  # type: ignore[attr-defined]
+
+    def logged() -> list[dict[str, object]]:
+        for a in admins:  # each replica writes what it has queued before it answers
+            rows = a.usage(key_id=created["id"], limit=100)
+        return rows
+
+    assert asyncio.run(chat(4)) == [200] * 4
+    assert len(logged()) == 4
+    asyncio.run(_terminate(pg_url, f"application_name = '{USAGE_CONNECTION}'", expect=2))
+    assert asyncio.run(chat(6)) == [200] * 6
+    rows = logged()
+    assert len(rows) == 10 and len({r["request_id"] for r in rows}) == 10
+    assert all(r["status"] == 200 and r["cost_micros"] == 6 for r in rows)
+    for a in admins:
+        a.close()
 
 
 def test_both_replicas_share_keys_and_see_a_revocation_at_once(replicas: list[str]) -> None:

@@ -9,16 +9,19 @@ through a codec on its pool, SQLite (where JSON is stored as text) by `row_of`.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import orjson
 from sqlalchemy import JSON
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +76,41 @@ async def json_codecs(conn: asyncpg.Connection) -> None:
 async def keep_session(conn: asyncpg.Connection) -> None:
     """asyncpg pool release: nothing to reset. The pool runs single statements that leave no session state
     (no SET, LISTEN or advisory lock), and asyncpg's default reset is one more round trip per statement."""
+
+
+class OwnConnection:
+    """One asyncpg connection kept for a single serial caller (the ledger's batcher, the usage log's writer).
+
+    Such a caller has at most one call in flight, so it needs no pool: taking a connection from asyncpg's
+    pool and giving it back cost more client CPU than a batch call (about 60 µs of 100, docs/benchmarks.md).
+    A call that fails or is cancelled halfway closes the connection, since its state is then unknown; the
+    next call opens another (so PostgreSQL ending it, a restart, costs nothing more)."""
+
+    def __init__(
+        self, dsn: str, name: str, setup: Callable[[asyncpg.Connection], Awaitable[None]] | None = None
+    ) -> None:
+        self._dsn = dsn
+        self._name = name
+        self._setup = setup
+        self._conn: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()  # uncontended when its one caller is serial
+
+    async def run(self, call: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        async with self._lock:
+            conn = self._conn
+            if conn is None or conn.is_closed():
+                conn = await asyncpg.connect(self._dsn, server_settings={"application_name": self._name})
+                if self._setup is not None:
+                    await self._setup(conn)
+                self._conn = conn
+            try:
+                return await call(conn)
+            except BaseException:
+                self._conn = None
+                conn.terminate()
+                raise
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None

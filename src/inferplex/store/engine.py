@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import fcntl
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,7 +41,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import ClauseElement
 
-from inferplex.store.driver import DriverStatement, compile_for, first_row, json_codecs, keep_session, row_of
+from inferplex.store.driver import (
+    DriverStatement,
+    OwnConnection,
+    compile_for,
+    first_row,
+    json_codecs,
+    keep_session,
+    row_of,
+)
 from inferplex.store.group_commit import GroupCommitWriter
 
 T = TypeVar("T")
@@ -49,6 +57,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 _ADVISORY_LOCK = 0x1F3A_C0DE  # any fixed 64-bit number, the same in every replica
 ADMIN_POOL = 4  # SQLAlchemy's connections per replica on PostgreSQL, beside `pool_size` for requests
 BATCH_CONNECTION = "inferplex-ledger"  # the application_name of the ledger batcher's own connection
+USAGE_CONNECTION = "inferplex-usage"  # and of the usage log writer's
 
 
 class StoreUnavailable(Exception):
@@ -83,8 +92,8 @@ class Database:
         self.pool_size = pool_size
         self._driver_pool: asyncpg.Pool | None = None
         self._driver_lock = asyncio.Lock()
-        self._batch_conn: asyncpg.Connection | None = None
-        self._batch_lock = asyncio.Lock()  # uncontended when its one caller is a batcher
+        self._batch_conn: OwnConnection | None = None
+        self._copy_conn: OwnConnection | None = None
         self._async: AsyncEngine | None = None
         self._sync: Engine | None = None
         self._reader: Engine | None = None
@@ -137,25 +146,20 @@ class Database:
         return row
 
     async def fetch_batch(self, sql: str, *args: Any) -> list[Mapping[str, Any]]:
-        """PostgreSQL: run `sql` (asyncpg's $n placeholders) for a batcher (batching.py); all its rows.
+        """PostgreSQL: run `sql` (asyncpg's $n placeholders) for a batcher (batching.py); all its rows. On a
+        connection of the batcher's own (driver.OwnConnection)."""
+        if self._batch_conn is None:
+            self._batch_conn = OwnConnection(self.dsn, BATCH_CONNECTION, json_codecs)
+        rows: list[Mapping[str, Any]] = await self._batch_conn.run(lambda conn: conn.fetch(sql, *args))
+        return rows
 
-        A batcher has at most one call in flight, so it gets one connection of its own: taking a connection
-        from asyncpg's pool and giving it back cost more client CPU than the call (about 60 µs of 100,
-        docs/benchmarks.md). A call that fails or is cancelled halfway closes the connection, since its state
-        is then unknown; the next call opens another."""
-        async with self._batch_lock:
-            conn = self._batch_conn
-            if conn is None or conn.is_closed():
-                conn = await asyncpg.connect(self.dsn, server_settings={"application_name": BATCH_CONNECTION})
-                await json_codecs(conn)
-                self._batch_conn = conn
-            try:
-                rows: list[Mapping[str, Any]] = await conn.fetch(sql, *args)
-            except BaseException:
-                self._batch_conn = None
-                conn.terminate()
-                raise
-            return rows
+    async def copy_rows(self, table: str, columns: Sequence[str], records: list[tuple[Any, ...]]) -> None:
+        """PostgreSQL: append `records` to `table` with COPY, on the one writer's own connection. COPY cost a
+        third of the client CPU of a multi-row INSERT and two thirds of the database's (docs/benchmarks.md);
+        JSON columns are passed as text, which binary COPY takes as it is."""
+        if self._copy_conn is None:
+            self._copy_conn = OwnConnection(self.dsn, USAGE_CONNECTION)
+        await self._copy_conn.run(lambda conn: conn.copy_records_to_table(table, records=records, columns=columns))
 
     def key_generation(self) -> int | None:
         """SQLite: `key_changes.generation` (migration 0003) read on the event loop's own connection, or None
@@ -247,8 +251,9 @@ class Database:
 
     async def aclose(self) -> None:
         if self._async is not None:
-            if self._batch_conn is not None:
-                await self._batch_conn.close()
+            for own in (self._batch_conn, self._copy_conn):
+                if own is not None:
+                    await own.close()
             if self._driver_pool is not None:
                 await self._driver_pool.close()
             await self._async.dispose()

@@ -57,6 +57,7 @@ class UsageStore:
         self._sql = compiled.string
         order = compiled.positiontup or list(COLUMNS)
         self._order = [(name, name in _JSON) for name in order]
+        self._names = [name for name, _ in self._order]
 
     async def append(self, rows: list[dict[str, Any]]) -> None:
         """Insert rows that carry every column of `COLUMNS` (the guard's usage rows)."""
@@ -66,7 +67,7 @@ class UsageStore:
             if self.db.is_sqlite:
                 await self.db.write_driver(lambda conn: conn.executemany(self._sql, params))
             else:
-                await self.db.write(lambda conn: conn.exec_driver_sql(self._sql, params))
+                await self.db.copy_rows(t.usage.name, self._names, params)
 
     async def rows(self, where: UsageFilter, limit: int = 100) -> list[dict[str, Any]]:
         query = where.apply(select(t.usage)).order_by(t.usage.c.created_at.desc(), t.usage.c.id.desc()).limit(limit)
