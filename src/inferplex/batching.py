@@ -89,7 +89,9 @@ class Batcher(Generic[I, O]):
         finally:
             self._drainer = None
 
-    async def aclose(self) -> None:
-        """Wait for what is queued to be applied."""
+    async def drained(self) -> None:
+        """Wait until everything queued so far has been applied (at once if nothing is)."""
         while self._drainer is not None:
             await asyncio.shield(self._drainer)
+
+    aclose = drained  # at shutdown, the same: nothing queued is lost

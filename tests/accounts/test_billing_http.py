@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from inferplex.store.engine import Database
+from inferplex.store.ledger import Ledger, Move
 from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -277,3 +278,29 @@ def test_a_ledger_that_cannot_be_reached_answers_503_and_charges_nothing(
     entries = admin.ledger(created["account_id"])
     assert [e["kind"] for e in entries].count("reserve") == 2  # the refused request reserved nothing
     assert assert_reconciles(admin, created["account_id"]) == 1_000 - 2 * 6
+
+
+def test_an_answer_does_not_wait_for_its_settlement_but_a_read_of_the_ledger_does(
+    server: GatewayServer, admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The settlement is queued, not waited for: the answer leaves without a database round trip. The admin
+    API of the same replica reads the balance and the ledger only after what the replica has queued."""
+    created = admin.create_key(credits_micros=1_000)
+    original = Ledger._apply
+    settled: list[Move] = []
+
+    async def slow_settlements(self: Ledger, moves: list[Move]) -> list[int | None]:
+        if any(m.kind == "settle" for m in moves):
+            await asyncio.sleep(0.5)
+            settled.extend(m for m in moves if m.kind == "settle")
+        return await original(self, moves)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Ledger, "_apply", slow_settlements)
+        r = post(server, created["key"], body(max_tokens=50))
+        assert r.status_code == 200 and not settled  # answered before its settlement was booked
+        cost = int(r.headers["x-inferplex-cost-micros"])
+        assert 0 < cost < 150  # less than the worst case reserved: the settlement gives some back
+        assert assert_reconciles(admin, created["account_id"]) == 1_000 - cost
+        assert len(settled) == 1
+    assert [e["kind"] for e in admin.ledger(created["account_id"])][:2] == ["settle", "reserve"]

@@ -11,6 +11,7 @@ first waits, so a caller who hangs up mid-stream cannot interrupt the bookkeepin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -246,14 +247,18 @@ class _Admission:
         return bool(tokens.completion) and self.plan.counts_tokens
 
     async def _book(self, ctx: Context, tokens: Tokens, cost: int, status: int) -> None:
-        """Everything is queued before the first await (batching.py): a caller who hangs up mid-stream, and
-        so cancels this, cannot interrupt the bookkeeping; the waits only report how it went."""
+        """Everything is queued with the stores (batching.py), and nothing waits for it: the answer's cost is
+        already known, and the stores apply a replica's moves in the order they were queued, so a caller's
+        next request (a reservation, a slot) is applied after this one's settlement, and a reader of the
+        ledger on this replica waits for what is queued (Ledger.account). Queued, not awaited: a caller who
+        hangs up mid-stream cannot interrupt the bookkeeping, and a buffered answer does not wait a round
+        trip for it. How it went is only logged."""
         g, p = self.guard, ctx.principal
-        settled = None
         if p.account_id is not None and (self.reserved or cost):
             settled = g.ledger.settle_soon(
                 p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id
             )
+            settled.add_done_callback(partial(_settled, ctx.request_id, p.account_id))
         # Output tokens charged and slots given back in one round trip (zero charges are skipped).
         charges = self.plan.charges(tokens.completion)
         finished = g.limits.finish(charges, [(h.key, h.holder) for h in self.held])
@@ -264,12 +269,15 @@ class _Admission:
             else:
                 finished.add_done_callback(released)
         g._log(ctx, self.model, self.request, status, tokens, cost)
-        try:
-            if settled is not None and await settled is None:
-                log.error("settlement of request %s found no account %s", ctx.request_id, p.account_id)
-        except Exception:
-            log.exception("settlement failed for request %s", ctx.request_id)
-        await finished
+
+
+def _settled(request_id: str, account_id: str, settled: asyncio.Future[int | None]) -> None:
+    if settled.cancelled():
+        return
+    if (exc := settled.exception()) is not None:
+        log.error("settlement failed for request %s", request_id, exc_info=exc)
+    elif settled.result() is None:
+        log.error("settlement of request %s found no account %s", request_id, account_id)
 
 
 def _released(slots: FairSlots, keys: list[str], _: object) -> None:

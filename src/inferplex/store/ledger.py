@@ -120,11 +120,13 @@ class Ledger:
         return await self.account(account_id)
 
     async def account(self, account_id: str) -> Account | None:
+        await self._batch.drained()  # this replica's queued settlements first: a reader sees its own writes
         query = select(t.accounts).where(t.accounts.c.id == account_id)
         row = await self.db.read(lambda conn: conn.execute(query).first())
         return None if row is None else _account(row)
 
     async def accounts(self) -> list[Account]:
+        await self._batch.drained()
         query = select(t.accounts).order_by(t.accounts.c.created_at)
         return [_account(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
 
@@ -220,10 +222,12 @@ class Ledger:
             await asyncio.gather(*self._refunds, return_exceptions=True)
 
     async def entries(self, account_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+        await self._batch.drained()
         query = select(t.ledger).where(t.ledger.c.account_id == account_id).order_by(t.ledger.c.id.desc()).limit(limit)
         rows = await self.db.read(lambda conn: conn.execute(query).all())
         return [{str(k): v for k, v in r._mapping.items()} for r in rows]
 
     async def ledger_sum(self, account_id: str) -> int:
+        await self._batch.drained()
         query = select(func.coalesce(func.sum(t.ledger.c.amount_micros), 0)).where(t.ledger.c.account_id == account_id)
         return int(await self.db.read(lambda conn: conn.execute(query).scalar_one()))
