@@ -23,6 +23,7 @@ key's balance must still equal its ledger sum.
     python bench/accounts.py --rps 200 --duration 10
     python bench/accounts.py --rps 150 --duration 4 --warmup 1 --throughput 6 --rounds 5
     python bench/accounts.py ... --compare /path/to/other/checkout/src   # every scenario of both, A/B
+    python bench/accounts.py ... --only key-postgres,key-postgres-redis  # a subset of the scenarios
 """
 
 from __future__ import annotations
