@@ -5,8 +5,8 @@ buckets; then a concurrency slot for each (waiting in a fair queue up to `max_qu
 worst-case cost reserved from the account in one atomic statement.
 settle (exactly once): the real cost from the upstream's usage (or, for a stream cut before its usage
 chunk, from the characters produced), the ledger adjusted to it, output tokens charged to the token
-buckets, slots released, and one usage row queued. All of it is queued with the stores before settlement
-first waits, so a caller who hangs up mid-stream cannot interrupt the bookkeeping.
+buckets, slots released, and one usage row queued. All of it is queued with the stores and not waited for,
+so a caller who hangs up mid-stream cannot interrupt the bookkeeping, and an answer does not wait for it.
 """
 
 from __future__ import annotations
@@ -247,12 +247,11 @@ class _Admission:
         return bool(tokens.completion) and self.plan.counts_tokens
 
     async def _book(self, ctx: Context, tokens: Tokens, cost: int, status: int) -> None:
-        """Everything is queued with the stores (batching.py), and nothing waits for it: the answer's cost is
-        already known, and the stores apply a replica's moves in the order they were queued, so a caller's
-        next request (a reservation, a slot) is applied after this one's settlement, and a reader of the
-        ledger on this replica waits for what is queued (Ledger.account). Queued, not awaited: a caller who
-        hangs up mid-stream cannot interrupt the bookkeeping, and a buffered answer does not wait a round
-        trip for it. How it went is only logged."""
+        """Queued with the stores (batching.py), not awaited: the answer's cost is already known, and a
+        buffered answer need not wait a round trip for the books. The stores apply a replica's items in the
+        order they were queued, so the caller's next request (a reservation, a slot) comes after this
+        settlement, and the ledger's readers wait for what is queued (Ledger.account). How it went is
+        logged (`_settled`; the limit store logs its own)."""
         g, p = self.guard, ctx.principal
         if p.account_id is not None and (self.reserved or cost):
             settled = g.ledger.settle_soon(
