@@ -92,8 +92,8 @@ class Database:
         self.pool_size = pool_size
         self._driver_pool: asyncpg.Pool | None = None
         self._driver_lock = asyncio.Lock()
-        self._batch_conn: OwnConnection | None = None
-        self._copy_conn: OwnConnection | None = None
+        self._batch_conn: OwnConnection | None = None  # PostgreSQL: the ledger batcher's own connection
+        self._copy_conn: OwnConnection | None = None  # PostgreSQL: the usage log writer's
         self._async: AsyncEngine | None = None
         self._sync: Engine | None = None
         self._reader: Engine | None = None
@@ -115,10 +115,13 @@ class Database:
         else:
             # No overflow: connections beyond the pool would be opened and closed per burst (TLS set-up
             # included), the dominant cost under load (docs/benchmarks.md); waiting for one is cheaper.
-            # Admin reads, usage batches and migrations only: requests use the driver pool (`fetchrow`).
+            # Admin reads and writes and migrations only: requests use the driver pool (`fetchrow`), the
+            # ledger's and the usage log's batches a connection each of their own.
             self._async = create_async_engine(url, pool_size=ADMIN_POOL, max_overflow=0, pool_timeout=30)
             # Reads and single-statement writes need no BEGIN/COMMIT round trips.
             self._autocommit = self._async.execution_options(isolation_level="AUTOCOMMIT")
+            self._batch_conn = OwnConnection(self.dsn, BATCH_CONNECTION, json_codecs)
+            self._copy_conn = OwnConnection(self.dsn, USAGE_CONNECTION)
 
     @property
     def dialect(self) -> Dialect:
@@ -148,8 +151,7 @@ class Database:
     async def fetch_batch(self, sql: str, *args: Any) -> list[Mapping[str, Any]]:
         """PostgreSQL: run `sql` (asyncpg's $n placeholders) for a batcher (batching.py); all its rows. On a
         connection of the batcher's own (driver.OwnConnection)."""
-        if self._batch_conn is None:
-            self._batch_conn = OwnConnection(self.dsn, BATCH_CONNECTION, json_codecs)
+        assert self._batch_conn is not None
         rows: list[Mapping[str, Any]] = await self._batch_conn.run(lambda conn: conn.fetch(sql, *args))
         return rows
 
@@ -157,8 +159,7 @@ class Database:
         """PostgreSQL: append `records` to `table` with COPY, on the one writer's own connection. COPY cost a
         third of the client CPU of a multi-row INSERT and two thirds of the database's (docs/benchmarks.md);
         JSON columns are passed as text, which binary COPY takes as it is."""
-        if self._copy_conn is None:
-            self._copy_conn = OwnConnection(self.dsn, USAGE_CONNECTION)
+        assert self._copy_conn is not None
         await self._copy_conn.run(lambda conn: conn.copy_records_to_table(table, records=records, columns=columns))
 
     def key_generation(self) -> int | None:

@@ -55,9 +55,8 @@ class UsageStore:
         # parameter processing cost more CPU than SQLite's insert itself (docs/benchmarks.md).
         compiled = insert(t.usage).inline().compile(dialect=db.dialect, column_keys=list(COLUMNS))
         self._sql = compiled.string
-        order = compiled.positiontup or list(COLUMNS)
-        self._order = [(name, name in _JSON) for name in order]
-        self._names = [name for name, _ in self._order]
+        self._names = list(compiled.positiontup or COLUMNS)  # the order the values go in, by INSERT or COPY
+        self._order = [(name, name in _JSON) for name in self._names]
 
     async def append(self, rows: list[dict[str, Any]]) -> None:
         """Insert rows that carry every column of `COLUMNS` (the guard's usage rows)."""
