@@ -133,6 +133,25 @@ async def test_a_batch_of_moves_is_applied_one_by_one_settlements_first(db: Data
     assert kinds == [(None, 100), ("r0", 50), ("r2", -60), ("r5", -60)]
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["plain", 'with "quotes"', "back\\slash", "a,b{c}", "NULL", "", " spaced ", "Grüße 🎉", "tab\tnewline\n"],
+)
+async def test_ledger_rows_keep_any_request_id_key_id_and_note_exactly(db: Database, text: str) -> None:
+    """Request ids come from callers (`x-request-id`) and notes from admins: whatever characters they hold,
+    the ledger row holds the same string (the batch's arrays go to PostgreSQL as text literals)."""
+    ledger = Ledger(db)
+    account = await ledger.create_account("a")
+    moves = [
+        Move(account.id, "topup", 100, note=text),
+        Move(account.id, "reserve", -30, True, request_id=text, key_id=text),
+        Move(account.id, "settle", 10, request_id=text, key_id=None, note=None),
+    ]
+    assert await ledger.move_many(moves) == [100, 80, 110]  # settlements first, then the reservation
+    rows = [(e["kind"], e["request_id"], e["key_id"], e["note"]) for e in reversed(await ledger.entries(account.id))]
+    assert rows == [("topup", None, None, text), ("settle", text, None, None), ("reserve", text, text, None)]
+
+
 async def _cancel_after(call: Coroutine[Any, Any, object], turns: int) -> None:
     """Start `call`, let the event loop turn `turns` times, then cancel it: its caller has hung up."""
     caller = asyncio.create_task(call)
