@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -82,3 +83,29 @@ async def test_a_kept_item_is_sent_even_if_its_future_is_cancelled_before_its_ba
     await batcher.aclose()
     assert await first == 2
     assert store.batches == [[1], [3]] and store.orphans == [(3, 6)]
+
+
+async def test_posted_items_go_in_queue_order_and_their_outcome_reaches_then_within_the_batch() -> None:
+    store = Store(fail_on=5)
+    batcher = Batcher(store.run)
+    heard: list[tuple[int, int | None, str | None]] = []
+
+    def then(item: int) -> Callable[[int | None, BaseException | None], None]:
+        def record(result: int | None, error: BaseException | None) -> None:
+            heard.append((item, result, type(error).__name__ if error else None))
+            if item == 2:
+                raise RuntimeError("a callback that fails must not stop the others")
+
+        return record
+
+    first = batcher.enqueue(1)
+    batcher.post(2, then(2))
+    waited = batcher.enqueue(3)
+    batcher.post(4, then(4))
+    assert await first == 2
+    assert heard == [(2, 4, None), (4, 8, None)]  # told by the batch itself, before the awaited caller resumes
+    assert await waited == 6
+    assert store.batches == [[1, 2, 3, 4]]
+    batcher.post(5, then(5))
+    await batcher.drained()
+    assert heard[-1] == (5, None, "ConnectionError")  # a failed batch reaches `then` as its error

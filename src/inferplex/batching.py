@@ -26,6 +26,39 @@ O = TypeVar("O")  # noqa: E741 - the result type
 log = logging.getLogger("inferplex.batching")
 
 
+class _Then(Generic[O]):
+    """Stands in for the future of an item nobody awaits (`Batcher.post`): the batch hands the outcome
+    straight to `then`, with no future, no done-callback and no pass of the event loop in between."""
+
+    __slots__ = ("_done", "_then")
+
+    def __init__(self, then: Callable[[O | None, BaseException | None], None]) -> None:
+        self._then = then
+        self._done = False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: O) -> None:
+        self._settle(result, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(None, error)
+
+    def cancel(self) -> None:  # shutdown cancelled the batch: nobody is told, as for a cancelled future
+        self._done = True
+
+    def _settle(self, result: O | None, error: BaseException | None) -> None:
+        self._done = True
+        try:
+            self._then(result, error)
+        except Exception:
+            log.exception("a batched item's callback failed")
+
+
 class Batcher(Generic[I, O]):
     def __init__(
         self,
@@ -37,7 +70,7 @@ class Batcher(Generic[I, O]):
         self._run = run
         self._orphaned = orphaned
         self._max = max_batch
-        self._queue: list[tuple[I, asyncio.Future[O], bool]] = []
+        self._queue: list[tuple[I, asyncio.Future[O] | _Then[O], bool]] = []
         self._drainer: asyncio.Task[None] | None = None
 
     async def submit(self, item: I) -> O:
@@ -56,6 +89,15 @@ class Batcher(Generic[I, O]):
         if self._drainer is None:
             self._drainer = loop.create_task(self._drain())
         return future
+
+    def post(self, item: I, then: Callable[[O | None, BaseException | None], None]) -> None:
+        """Queue `item` for a caller that does not wait for it (a settlement, a slot given back): once its
+        batch is applied, `then(result, None)`, or `then(None, error)` if the batch failed, is called from
+        the batch itself. Always kept, as `enqueue(keep=True)`. Saves the future, its done-callback and the
+        pass of the event loop that runs it, per item (docs/benchmarks.md)."""
+        self._queue.append((item, _Then(then), True))
+        if self._drainer is None:
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
         try:

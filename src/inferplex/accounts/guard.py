@@ -11,7 +11,6 @@ so a caller who hangs up mid-stream cannot interrupt the bookkeeping, and an ans
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -254,10 +253,10 @@ class _Admission:
         logged (`_settled`; the limit store logs its own)."""
         g, p = self.guard, ctx.principal
         if p.account_id is not None and (self.reserved or cost):
-            settled = g.ledger.settle_soon(
-                p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id
+            then = partial(_settled, ctx.request_id, p.account_id)
+            g.ledger.settle_later(
+                p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id, then=then
             )
-            settled.add_done_callback(partial(_settled, ctx.request_id, p.account_id))
         # Output tokens charged and slots given back in one round trip (zero charges are skipped).
         charges = self.plan.charges(tokens.completion)
         finished = g.limits.finish(charges, [(h.key, h.holder) for h in self.held])
@@ -270,12 +269,10 @@ class _Admission:
         g._log(ctx, self.model, self.request, status, tokens, cost)
 
 
-def _settled(request_id: str, account_id: str, settled: asyncio.Future[int | None]) -> None:
-    if settled.cancelled():
-        return
-    if (exc := settled.exception()) is not None:
-        log.error("settlement failed for request %s", request_id, exc_info=exc)
-    elif settled.result() is None:
+def _settled(request_id: str, account_id: str, balance: int | None, error: BaseException | None) -> None:
+    if error is not None:
+        log.error("settlement failed for request %s", request_id, exc_info=error)
+    elif balance is None:
         log.error("settlement of request %s found no account %s", request_id, account_id)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
@@ -180,10 +181,10 @@ return redis.call('ZCARD', KEYS[1])
 )
 
 
-def _finished(sent: asyncio.Future[bytes], done: asyncio.Future[None]) -> None:
+def _finished(done: asyncio.Future[None], _: bytes | None, error: BaseException | None) -> None:
     """A finish is given back on a best-effort basis when Redis is down (slots expire with their lease)."""
-    if not sent.cancelled() and sent.exception() is not None:
-        log.warning("redis limit store unavailable during finish: %s", sent.exception())
+    if error is not None:
+        log.warning("redis limit store unavailable during finish: %s", error)
     if not done.done():
         done.set_result(None)
 
@@ -281,7 +282,7 @@ class RedisLimits:
             done.set_result(None)
             return done
         keys, fields = self._op("F", charges, [k for k, _ in releases], [holder for _, holder in releases])
-        self._batch.enqueue(_Op(keys, fields)).add_done_callback(lambda sent: _finished(sent, done))
+        self._batch.post(_Op(keys, fields), partial(_finished, done))
         return done
 
     async def in_use(self, key: str) -> int:

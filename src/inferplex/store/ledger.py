@@ -16,7 +16,7 @@ import asyncio
 import secrets
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,22 +163,30 @@ class Ledger:
         return await self._batch.enqueue(Move(account_id, "reserve", -amount, True, request_id, key_id))
 
     async def settle(self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None) -> int:
-        """Return the unused part of a reservation (or take the overrun): one `settle` row of reserved-actual."""
-        balance = await self.settle_soon(account_id, reserved, actual, request_id=request_id, key_id=key_id)
-        if balance is None:
-            raise KeyError(account_id)
-        return balance
-
-    def settle_soon(
-        self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None
-    ) -> asyncio.Future[int | None]:
-        """`settle`, queued before this returns: the balance after it comes in the future (None: no account).
+        """Return the unused part of a reservation (or take the overrun): one `settle` row of reserved-actual.
 
         Kept (`Batcher.enqueue(keep=True)`): a caller cancelled while it waits still has the move booked.
         The batcher skips items whose future is cancelled before their batch leaves, which is right for a
         reservation nobody waits for, and would lose a settlement."""
         move = Move(account_id, "settle", reserved - actual, False, request_id, key_id)
-        return self._batch.enqueue(move, keep=True)
+        balance = await self._batch.enqueue(move, keep=True)
+        if balance is None:
+            raise KeyError(account_id)
+        return balance
+
+    def settle_later(
+        self,
+        account_id: str,
+        reserved: int,
+        actual: int,
+        *,
+        request_id: str,
+        key_id: str | None,
+        then: Callable[[int | None, BaseException | None], None],
+    ) -> None:
+        """`settle`, queued before this returns, for a caller that does not wait: `then(balance, error)` once
+        it is applied (balance None: no such account)."""
+        self._batch.post(Move(account_id, "settle", reserved - actual, False, request_id, key_id), then)
 
     async def credit(self, account_id: str, amount: int, *, kind: str = "topup", note: str | None = None) -> int:
         """A top-up (or refund, kind='refund'); a negative amount is an adjustment downwards."""
