@@ -14,8 +14,16 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from inferplex.errors import GatewayError, InternalError, InvalidRequest, PayloadTooLarge, UnsupportedMediaType
+from inferplex.errors import (
+    GatewayError,
+    InternalError,
+    InvalidRequest,
+    PayloadTooLarge,
+    Unavailable,
+    UnsupportedMediaType,
+)
 from inferplex.pipeline import Context
+from inferplex.store.engine import unreachable
 
 log = logging.getLogger("inferplex")
 
@@ -105,7 +113,12 @@ def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, d
         except ClientDisconnect:  # gone before its body arrived: nothing was reserved, nobody to answer
             log.debug("caller left before sending the whole body (request id %s)", ctx.request_id)
             return Response(status_code=499)
-        except Exception:
+        except Exception as exc:
+            if (cause := unreachable(exc)) is not None:  # no traceback: an outage, not a bug
+                log.warning("%s (request id %s): the database cannot be reached (%s)", request.url.path,
+                            ctx.request_id, type(cause).__name__)  # fmt: skip
+                message = "The gateway's database cannot be reached right now; try again shortly."
+                return render_error(Unavailable(message, code="store_unavailable"), ctx)
             log.exception("unexpected error in %s (request id %s)", request.url.path, ctx.request_id)
             internal = InternalError(f"The gateway hit an unexpected error (request id {ctx.request_id}).")
             return render_error(internal, ctx)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
+import sqlalchemy.exc
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, make_url, text
@@ -74,6 +75,27 @@ UNREACHABLE: tuple[type[BaseException], ...] = (
     asyncpg.InterfaceError,
     sqlite3.OperationalError,
 )
+
+
+def unreachable(exc: BaseException) -> BaseException | None:
+    """The error in `exc`'s chain (itself, what SQLAlchemy wraps as `.orig`, its causes) that says the
+    database could not be reached or dropped the connection, or None if it is another failure. SQLAlchemy
+    wraps the driver's error, or lets a refused connect's OSError through as it is; either way the caller
+    (the admin API, a key lookup) answers 503, not 500 (edge.endpoint)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, (StoreUnavailable, sqlalchemy.exc.TimeoutError, *UNREACHABLE)):
+            return e
+        if isinstance(e, sqlalchemy.exc.DBAPIError) and e.connection_invalidated:
+            return e
+        orig = getattr(e, "orig", None)
+        todo += [orig if isinstance(orig, BaseException) else None, e.__cause__, e.__context__]
+    return None
 
 
 def default_url(data_dir: str) -> str:
