@@ -109,3 +109,19 @@ async def test_posted_items_go_in_queue_order_and_their_outcome_reaches_then_wit
     batcher.post(5, then(5))
     await batcher.drained()
     assert heard[-1] == (5, None, "ConnectionError")  # a failed batch reaches `then` as its error
+
+
+async def test_a_posted_item_whose_batch_is_cancelled_at_shutdown_hears_so() -> None:
+    """A task cancelled at shutdown stops the batch in flight: those waiting get a cancelled future, and a
+    posted item's `then` a CancelledError (so a limit store's `finish` future still completes)."""
+    batcher = Batcher(Store().run)
+    heard: list[BaseException | None] = []
+    waiting = batcher.enqueue(1)
+    batcher.post(2, lambda _, error: heard.append(error))
+    await asyncio.sleep(0)  # the batch is in flight
+    drainer = batcher._drainer
+    assert drainer is not None
+    drainer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert len(heard) == 1 and isinstance(heard[0], asyncio.CancelledError)

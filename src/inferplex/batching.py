@@ -48,8 +48,8 @@ class _Then(Generic[O]):
     def set_exception(self, error: BaseException) -> None:
         self._settle(None, error)
 
-    def cancel(self) -> None:  # shutdown cancelled the batch: nobody is told, as for a cancelled future
-        self._done = True
+    def cancel(self) -> None:  # shutdown cancelled the batch: told as a CancelledError, never applied
+        self._settle(None, asyncio.CancelledError())
 
     def _settle(self, result: O | None, error: BaseException | None) -> None:
         self._done = True

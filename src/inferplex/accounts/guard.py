@@ -11,6 +11,7 @@ so a caller who hangs up mid-stream cannot interrupt the bookkeeping, and an ans
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -270,6 +271,8 @@ class _Admission:
 
 
 def _settled(request_id: str, account_id: str, balance: int | None, error: BaseException | None) -> None:
+    if isinstance(error, asyncio.CancelledError):  # shutdown cancelled its batch: nothing to tell
+        return
     if error is not None:
         log.error("settlement failed for request %s", request_id, exc_info=error)
     elif balance is None:

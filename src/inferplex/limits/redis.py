@@ -183,7 +183,7 @@ return redis.call('ZCARD', KEYS[1])
 
 def _finished(done: asyncio.Future[None], _: bytes | None, error: BaseException | None) -> None:
     """A finish is given back on a best-effort basis when Redis is down (slots expire with their lease)."""
-    if error is not None:
+    if error is not None and not isinstance(error, asyncio.CancelledError):
         log.warning("redis limit store unavailable during finish: %s", error)
     if not done.done():
         done.set_result(None)
