@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -20,11 +21,11 @@ def chat(server: GatewayServer, key: str, model: str = "priced") -> httpx.Respon
     return httpx.post(f"{server.base_url}/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
 
 
-def eventually(call: object, status: int, seconds: float = 10) -> httpx.Response:
+def eventually(call: Callable[[], httpx.Response], status: int, seconds: float = 10) -> httpx.Response:
     """What `call` answers once it answers `status` (connections broken by the outage are replaced on use)."""
     deadline = time.monotonic() + seconds
     while True:
-        r: httpx.Response = call()  # type: ignore[operator]
+        r = call()
         if r.status_code == status or time.monotonic() > deadline:
             return r
         time.sleep(0.1)
