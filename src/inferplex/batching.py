@@ -83,11 +83,8 @@ class Batcher(Generic[I, O]):
         """Queue `item` now; its result comes in the future. Lets a caller queue several items before it
         waits. Cancelling the future before the batch leaves takes the item back, unless `keep` (a
         settlement must be booked whether or not anyone still waits for it)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[O] = loop.create_future()
-        self._queue.append((item, future, keep))
-        if self._drainer is None:
-            self._drainer = loop.create_task(self._drain())
+        future: asyncio.Future[O] = asyncio.get_running_loop().create_future()
+        self._add(item, future, keep)
         return future
 
     def post(self, item: I, then: Callable[[O | None, BaseException | None], None]) -> None:
@@ -95,7 +92,10 @@ class Batcher(Generic[I, O]):
         batch is applied, `then(result, None)`, or `then(None, error)` if the batch failed, is called from
         the batch itself. Always kept, as `enqueue(keep=True)`. Saves the future, its done-callback and the
         pass of the event loop that runs it, per item (docs/benchmarks.md)."""
-        self._queue.append((item, _Then(then), True))
+        self._add(item, _Then(then), True)
+
+    def _add(self, item: I, future: asyncio.Future[O] | _Then[O], keep: bool) -> None:
+        self._queue.append((item, future, keep))
         if self._drainer is None:
             self._drainer = asyncio.get_running_loop().create_task(self._drain())
 

@@ -13,11 +13,13 @@ reservation is applied only if the balance covers it, a balance never goes below
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, update
@@ -26,6 +28,8 @@ from inferplex.batching import Batcher
 from inferplex.store import tables as t
 from inferplex.store.driver import first_row
 from inferplex.store.engine import UNREACHABLE, Database, StoreUnavailable
+
+log = logging.getLogger("inferplex.accounts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +116,16 @@ def bool_array(values: Sequence[bool]) -> str:
     return "{" + ",".join(["t" if v else "f" for v in values]) + "}"
 
 
+def _settlement(account_id: str, returned: int, request_id: str | None, key_id: str | None) -> Move:
+    """A settlement: what a reservation gives back (negative: takes beyond it); applied whatever the balance."""
+    return Move(account_id, "settle", returned, False, request_id, key_id)
+
+
+def _refunded(request_id: str | None, balance: int | None, error: BaseException | None) -> None:
+    if error is not None and not isinstance(error, asyncio.CancelledError):
+        log.error("could not give back the reservation of cancelled request %s", request_id, exc_info=error)
+
+
 def _order(moves: Sequence[Move]) -> list[int]:
     """The order both engines apply a batch in: by account, settlements before reservations, then arrival."""
     return sorted(range(len(moves)), key=lambda i: (moves[i].account_id, moves[i].conditional, i))
@@ -123,7 +137,6 @@ class Ledger:
         self._balance, self._add, self._entry = (db.driver_statement(q) for q in (_BALANCE, _ADD, _ENTRY))
         # Every request's reservation and settlement go through here: concurrent ones share one round trip.
         self._batch: Batcher[Move, int | None] = Batcher(self.move_many, orphaned=self._orphaned)
-        self._refunds: set[asyncio.Task[int | None]] = set()
 
     async def create_account(
         self, name: str, *, rpm: int | None = None, tpm: int | None = None, max_concurrent: int | None = None
@@ -168,8 +181,7 @@ class Ledger:
         Kept (`Batcher.enqueue(keep=True)`): a caller cancelled while it waits still has the move booked.
         The batcher skips items whose future is cancelled before their batch leaves, which is right for a
         reservation nobody waits for, and would lose a settlement."""
-        move = Move(account_id, "settle", reserved - actual, False, request_id, key_id)
-        balance = await self._batch.enqueue(move, keep=True)
+        balance = await self._batch.enqueue(_settlement(account_id, reserved - actual, request_id, key_id), keep=True)
         if balance is None:
             raise KeyError(account_id)
         return balance
@@ -186,7 +198,7 @@ class Ledger:
     ) -> None:
         """`settle`, queued before this returns, for a caller that does not wait: `then(balance, error)` once
         it is applied (balance None: no such account)."""
-        self._batch.post(Move(account_id, "settle", reserved - actual, False, request_id, key_id), then)
+        self._batch.post(_settlement(account_id, reserved - actual, request_id, key_id), then)
 
     async def credit(self, account_id: str, amount: int, *, kind: str = "topup", note: str | None = None) -> int:
         """A top-up (or refund, kind='refund'); a negative amount is an adjustment downwards."""
@@ -256,15 +268,11 @@ class Ledger:
     def _orphaned(self, move: Move, balance: int | None) -> None:
         """A reservation whose caller was cancelled while it was in flight: give it back at once."""
         if move.conditional and balance is not None:
-            refund = Move(move.account_id, "settle", -move.amount, False, move.request_id, move.key_id)
-            task = asyncio.get_running_loop().create_task(self._batch.submit(refund))
-            self._refunds.add(task)
-            task.add_done_callback(self._refunds.discard)
+            refund = _settlement(move.account_id, -move.amount, move.request_id, move.key_id)
+            self._batch.post(refund, partial(_refunded, move.request_id))
 
     async def aclose(self) -> None:
-        await self._batch.aclose()
-        if self._refunds:
-            await asyncio.gather(*self._refunds, return_exceptions=True)
+        await self._batch.aclose()  # the refunds above too: they are queued like any move
 
     async def entries(self, account_id: str, limit: int = 1000) -> list[dict[str, Any]]:
         await self._batch.drained()
