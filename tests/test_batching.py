@@ -30,41 +30,46 @@ class Store:
         self.orphans.append((item, result))
 
 
+async def submit(batcher: Batcher[int, int], item: int) -> int:
+    """A call as a coroutine of its own (for `create_task`): queued when the task first runs."""
+    return await batcher.enqueue(item)
+
+
 async def test_the_first_call_goes_at_once_and_later_ones_share_the_next_round_trip() -> None:
     store = Store()
     batcher = Batcher(store.run)
-    first = asyncio.create_task(batcher.submit(1))
+    first = asyncio.create_task(submit(batcher, 1))
     await asyncio.sleep(0)
     await asyncio.sleep(0)  # the first is in flight, alone
-    rest = [asyncio.create_task(batcher.submit(i)) for i in range(2, 7)]
+    rest = [asyncio.create_task(submit(batcher, i)) for i in range(2, 7)]
     assert await asyncio.gather(first, *rest) == [2, 4, 6, 8, 10, 12]
     assert store.batches == [[1], [2, 3, 4, 5, 6]]
-    assert await batcher.submit(7) == 14  # idle again: alone, at once
+    assert await submit(batcher, 7) == 14  # idle again: alone, at once
     assert store.batches[-1] == [7]
 
 
 async def test_a_failed_batch_fails_each_of_its_callers_and_the_next_batch_still_runs() -> None:
     store = Store(fail_on=2)
     batcher = Batcher(store.run)
-    first = asyncio.create_task(batcher.submit(1))
+    first = asyncio.create_task(submit(batcher, 1))
     await asyncio.sleep(0)
     await asyncio.sleep(0)
-    doomed = [asyncio.create_task(batcher.submit(i)) for i in (2, 3)]
+    doomed = [asyncio.create_task(submit(batcher, i)) for i in (2, 3)]
     assert await first == 2
     for task in doomed:
         with pytest.raises(ConnectionError):
             await task
-    assert await batcher.submit(4) == 8
+    assert await submit(batcher, 4) == 8
 
 
 async def test_a_caller_cancelled_in_flight_leaves_its_result_to_orphaned() -> None:
     store = Store()
     batcher = Batcher(store.run, orphaned=store.orphaned)
-    waiting = asyncio.create_task(batcher.submit(5))
+    waiting = asyncio.create_task(submit(batcher, 5))
     await asyncio.sleep(0)
     await asyncio.sleep(0)  # in flight
     waiting.cancel()
-    never_sent = asyncio.create_task(batcher.submit(6))
+    never_sent = asyncio.create_task(submit(batcher, 6))
     await asyncio.sleep(0)
     never_sent.cancel()  # cancelled before its batch left: not sent at all
     await batcher.aclose()

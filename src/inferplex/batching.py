@@ -73,16 +73,10 @@ class Batcher(Generic[I, O]):
         self._queue: list[tuple[I, asyncio.Future[O] | _Then[O], bool]] = []
         self._drainer: asyncio.Task[None] | None = None
 
-    async def submit(self, item: I) -> O:
-        """`item` applied with whatever else is queued; its result, or the exception the batch raised. A
-        coroutine, for `create_task`; a caller that awaits at once uses `await enqueue(item)`, which queues
-        the same way without a coroutine of its own (the stores' per-request calls do)."""
-        return await self.enqueue(item)
-
     def enqueue(self, item: I, *, keep: bool = False) -> asyncio.Future[O]:
-        """Queue `item` now; its result comes in the future. Lets a caller queue several items before it
-        waits. Cancelling the future before the batch leaves takes the item back, unless `keep` (a
-        settlement must be booked whether or not anyone still waits for it)."""
+        """Queue `item` now; its result (or the exception its batch raised) comes in the future. Lets a
+        caller queue several items before it waits. Cancelling the future before the batch leaves takes the
+        item back, unless `keep` (a settlement must be booked whether or not anyone still waits for it)."""
         future: asyncio.Future[O] = asyncio.get_running_loop().create_future()
         self._add(item, future, keep)
         return future
