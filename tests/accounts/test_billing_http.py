@@ -304,3 +304,15 @@ def test_an_answer_does_not_wait_for_its_settlement_but_a_read_of_the_ledger_doe
         assert assert_reconciles(admin, created["account_id"]) == 1_000 - cost
         assert len(settled) == 1
     assert [e["kind"] for e in admin.ledger(created["account_id"])][:2] == ["settle", "reserve"]
+
+
+@pytest.mark.parametrize("note", ['say "thanks"', "C:\\credits\\2026", "{a,b}", "NULL", "Grüße 🎉"])
+def test_a_top_up_note_reads_back_from_the_ledger_exactly_as_sent(
+    server: GatewayServer, admin: Admin, note: str
+) -> None:
+    created = admin.create_key(credits_micros=100)
+    account = created["account_id"]
+    r = admin.client.post(f"/admin/accounts/{account}/credits", json={"amount_micros": 7, "note": note})
+    assert r.status_code == 200, r.text
+    assert admin.ledger(account)[0]["note"] == note  # newest first
+    assert assert_reconciles(admin, account) == 107

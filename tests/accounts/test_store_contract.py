@@ -138,8 +138,9 @@ async def test_a_batch_of_moves_is_applied_one_by_one_settlements_first(db: Data
     ["plain", 'with "quotes"', "back\\slash", "a,b{c}", "NULL", "", " spaced ", "Grüße 🎉", "tab\tnewline\n"],
 )
 async def test_ledger_rows_keep_any_request_id_key_id_and_note_exactly(db: Database, text: str) -> None:
-    """Request ids come from callers (`x-request-id`) and notes from admins: whatever characters they hold,
-    the ledger row holds the same string (the batch's arrays go to PostgreSQL as text literals)."""
+    """Notes come from admins (the admin API's top-ups), and ids must not depend on our own format: whatever
+    characters they hold, the ledger row holds the same string (the batch's arrays go to PostgreSQL as text
+    literals)."""
     ledger = Ledger(db)
     account = await ledger.create_account("a")
     moves = [
