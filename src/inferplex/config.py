@@ -53,7 +53,8 @@ Secret = Annotated[SecretStr, BeforeValidator(_secret)]
 
 
 class Timeouts(_Strict):
-    """Upstream timeouts in seconds. `read` bounds the wait for each chunk (first token and stalls)."""
+    """Upstream timeouts in seconds. `read` bounds the wait for each chunk: a buffered answer (head and
+    body), a stream's first token and its stalls."""
 
     connect: float = Field(10.0, gt=0)
     read: float = Field(300.0, gt=0)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
 from inferplex.config import Timeouts
@@ -37,7 +39,10 @@ def new_session() -> aiohttp.ClientSession:
 
 @functools.lru_cache(maxsize=256)
 def client_timeout(t: Timeouts) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=t.total, sock_connect=t.connect, connect=None, sock_read=t.read)
+    """aiohttp bounds only the connect. The router bounds the rest with its one `Deadline` per attempt: `read`
+    as the wait for a buffered answer or a stream's first chunk (and a stream's stalls), `total` as the
+    attempt's. aiohttp's own read timeout would re-arm a loop timer on every chunk (docs/benchmarks.md)."""
+    return aiohttp.ClientTimeout(total=None, sock_connect=t.connect, connect=None, sock_read=None)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -88,7 +93,69 @@ def transport_failure(provider: str, exc: BaseException) -> GatewayError:
     return UpstreamError(f"provider {provider} failed: {type(exc).__name__}: {exc}")
 
 
-_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+_TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+_RESPONSE_PARAMS = {"read_until_eof", "auto_decompress", "read_timeout"}
+
+
+def _direct_supported() -> bool:
+    """Whether this aiohttp has the connection-level steps `_post` takes (they are not public API)."""
+    try:
+        params = inspect.signature(ResponseHandler.set_response_params).parameters
+        connect = inspect.signature(aiohttp.BaseConnector.connect).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return (
+        _RESPONSE_PARAMS <= params.keys()
+        and {"req", "traces", "timeout"} <= connect.keys()
+        and callable(getattr(aiohttp.ClientRequest, "send", None))
+        and callable(getattr(aiohttp.ClientResponse, "start", None))
+    )
+
+
+DIRECT = _direct_supported()
+
+
+async def _post(
+    session: aiohttp.ClientSession, url: str | URL, data: bytes, headers: Mapping[str, str], timeouts: Timeouts
+) -> aiohttp.ClientResponse:
+    """`session.post(url, data=..., allow_redirects=False)`, with only the steps a call to a provider takes.
+
+    `ClientSession._request` is general (redirects, cookies, proxies, auth, tracing, middlewares, timeouts):
+    about 14 µs of CPU per call, a fifteenth of a keyed request's (docs/benchmarks.md), for features our
+    session does not use. Here the request is built with aiohttp's own request class and sent on a connection
+    from the session's connector, and the response read by its own parser, as `_request` does. Those steps
+    are aiohttp's but not its public API: `DIRECT` checks that they are there, and `session.post` is used if
+    not (tests/test_http_client.py runs both ways)."""
+    if not DIRECT:
+        return await session.post(
+            url, data=data, headers=headers, timeout=client_timeout(timeouts), allow_redirects=False
+        )
+    connector = session.connector
+    if connector is None:
+        raise RuntimeError("Session is closed")  # as session.post says it
+    req = aiohttp.ClientRequest(
+        "POST",
+        url if type(url) is URL else URL(url),
+        headers=headers,
+        skip_auto_headers=session.skip_auto_headers,
+        data=data,
+        loop=asyncio.get_running_loop(),
+        session=session,
+    )
+    conn = await connector.connect(req, traces=[], timeout=client_timeout(timeouts))
+    protocol: ResponseHandler = conn.protocol  # type: ignore[assignment]
+    protocol.set_response_params(read_until_eof=True, auto_decompress=session.auto_decompress, read_timeout=None)
+    try:
+        resp = await req.send(conn)
+        try:
+            await resp.start(conn)
+        except BaseException:
+            resp.close()
+            raise
+    except BaseException:
+        conn.close()
+        raise
+    return resp
 
 
 async def post_json(
@@ -100,16 +167,14 @@ async def post_json(
     provider: str,
 ) -> tuple[Any, Mapping[str, str]]:
     try:
-        async with session.post(
-            url, data=orjson.dumps(body), headers=headers, timeout=client_timeout(timeouts), allow_redirects=False
-        ) as resp:
+        async with await _post(session, url, orjson.dumps(body), headers, timeouts) as resp:
             raw = await resp.read()
-            if resp.status >= 400:
-                raise upstream_failure(provider, resp.status, raw, resp.headers)
-            try:
-                return orjson.loads(raw), resp.headers
-            except orjson.JSONDecodeError:
-                raise UpstreamError(f"provider {provider} sent a body that is not JSON") from None
+        if resp.status >= 400:
+            raise upstream_failure(provider, resp.status, raw, resp.headers)
+        try:
+            return orjson.loads(raw), resp.headers
+        except orjson.JSONDecodeError:
+            raise UpstreamError(f"provider {provider} sent a body that is not JSON") from None
     except _TRANSPORT_ERRORS as exc:
         raise transport_failure(provider, exc) from exc
 
@@ -124,9 +189,7 @@ async def open_stream(
 ) -> aiohttp.ClientResponse:
     """Send the request and wait for the response head; the caller owns (and must close) the response."""
     try:
-        resp = await session.post(
-            url, data=orjson.dumps(body), headers=headers, timeout=client_timeout(timeouts), allow_redirects=False
-        )
+        resp = await _post(session, url, orjson.dumps(body), headers, timeouts)
     except _TRANSPORT_ERRORS as exc:
         raise transport_failure(provider, exc) from exc
     if resp.status >= 400:

@@ -348,8 +348,9 @@ class Router:
         slot = Slot(key, gate, window, stats, self.cooldowns, target.model.routing.cooldown, record, started)
         total = d.timeouts.total or provider_t.total
         ends_at = min(deadline, started + total) if total else deadline
-        first = (d.timeouts.first_token or provider_t.read) if opts.stream else None
-        limit = max(min(first, ends_at - started) if first else ends_at - started, 0.0)
+        # A buffered answer is its own first chunk: `read` bounds it as it bounds a stream's first token.
+        first = (d.timeouts.first_token or provider_t.read) if opts.stream else provider_t.read
+        limit = max(min(first, ends_at - started), 0.0)
         try:
             with Deadline(limit) as cm:
                 result = await call(self._with_timeouts(target))
@@ -357,7 +358,7 @@ class Router:
             if not cm.expired():
                 slot.release()
                 raise
-            what = "the first token" if first is not None and first <= ends_at - started else "a response"
+            what = "the first token" if opts.stream and first <= ends_at - started else "a response"
             err = UpstreamTimeout(f"deployment {key} did not send {what} within {limit:.3g}s")
             await slot.failed(err)
             raise err from None
