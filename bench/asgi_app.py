@@ -97,6 +97,8 @@ def create() -> Any:
 if __name__ == "__main__":
     import uvicorn
 
+    from inferplex.http_server import GatewayHTTPProtocol
+
     server, port = sys.argv[1], int(sys.argv[2])
     assert server == "uvicorn"
     uvicorn.run(
@@ -104,7 +106,7 @@ if __name__ == "__main__":
         host="127.0.0.1",
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=GatewayHTTPProtocol,
         log_level="warning",
         access_log=False,
         server_header=False,

@@ -12,6 +12,7 @@ import uvicorn
 
 from inferplex.app import create_app
 from inferplex.config import Config, parse_config
+from inferplex.http_server import GatewayHTTPProtocol
 
 
 def free_port() -> int:
@@ -38,7 +39,7 @@ class GatewayServer:
             host="127.0.0.1",
             port=self.port,
             loop="asyncio",
-            http="httptools",
+            http=GatewayHTTPProtocol,
             log_level="warning",
             access_log=False,
             lifespan="on",

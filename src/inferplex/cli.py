@@ -64,6 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from inferplex.app import create_app
+    from inferplex.http_server import GatewayHTTPProtocol
 
     config, source = _load(args.config)
     check_pricing(config, source)
@@ -92,7 +93,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
+        http=GatewayHTTPProtocol,
         log_level=config.server.log_level,
         access_log=False,
         server_header=False,
