@@ -51,6 +51,9 @@ import loadgen
 import run as core_bench
 
 MASTER = "ipx-bench-master-" + secrets.token_hex(8)
+# Taken once, before `main` pins this process to the load core: a `Pinning` made after that would see one
+# core and pin nothing, and every server would inherit the load core (as it did until the ninth session).
+PIN = core_bench.Pinning(True)
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -73,6 +76,13 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> N
         except httpx.HTTPError:
             time.sleep(0.1)
     raise SystemExit(f"{url} did not come up")
+
+
+def check_pinned(proc: subprocess.Popen[bytes], core: str | None) -> None:
+    """A server must run on the core it was given, alone: measured otherwise, it shares a core with wrk and
+    the upstream and the ratios mean something else."""
+    if core is not None and os.sched_getaffinity(proc.pid) != {int(core)}:
+        raise SystemExit(f"{proc.args} runs on cores {sorted(os.sched_getaffinity(proc.pid))}, not on {core}")
 
 
 def config(upstream: str, tmp: Path, storage: dict[str, Any]) -> dict[str, Any]:
@@ -107,9 +117,34 @@ def services_cpu_seconds() -> float:
     return total
 
 
+def busy_cores() -> float:
+    """How many cores' worth of CPU the whole machine used over the last 0.2 s (/proc/stat)."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]
+        return sum(fields) - idle, sum(fields)
+
+    busy0, total0 = sample()
+    time.sleep(0.2)
+    busy1, total1 = sample()
+    return (busy1 - busy0) / max(total1 - total0, 1) * (os.cpu_count() or 1)
+
+
+def wait_quiet(limit_s: float = 15.0) -> float:
+    """Wait until the machine is idle (under a fifth of a core in use), at most `limit_s`: the scenario run
+    before may still be writing its usage rows and settlements (a gateway's writer thread, PostgreSQL),
+    which would otherwise be counted against the next one. Returns the seconds waited."""
+    started = time.monotonic()
+    while busy_cores() > 0.2 and time.monotonic() - started < limit_s:
+        pass
+    return time.monotonic() - started
+
+
 def throughput(url: str, key: str, pid: int, pin: core_bench.Pinning, seconds: int) -> dict[str, Any]:
-    """One round of `wrk -c50` on buffered calls: req/s, errors, the server's CPU per request, and that of
-    PostgreSQL and Redis."""
+    """One round of `wrk -c50` on buffered calls, on a quiet machine: req/s, errors, the server's CPU per
+    request, and that of PostgreSQL and Redis."""
+    waited = wait_quiet()
     c0, s0 = core_bench.cpu_seconds(pid), services_cpu_seconds()
     w = core_bench.wrk(url, key, False, seconds, 50, pin.load, model="bench-model")
     cpu, services = core_bench.cpu_seconds(pid) - c0, services_cpu_seconds() - s0
@@ -120,6 +155,7 @@ def throughput(url: str, key: str, pid: int, pin: core_bench.Pinning, seconds: i
         "socket_errors": w["socket_errors"],
         "cpu_us_per_req": 1e6 * cpu / max(w["requests"], 1),
         "services_cpu_us_per_req": 1e6 * services / max(w["requests"], 1),
+        "waited_quiet_s": round(waited, 2),
     }
 
 
@@ -151,12 +187,13 @@ def start_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, src:
     env = {**os.environ, "INFERPLEX_BENCH_MASTER": MASTER, "INFERPLEX_BENCH_UP": "sk-bench"}
     if src is not None:
         env["PYTHONPATH"] = str(Path(src).resolve())
-    pin = core_bench.Pinning(True)
+    pin = PIN
     cmd = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)]
     proc = subprocess.Popen([*pin.prefix(pin.gateway), *cmd], env=env, stdout=subprocess.DEVNULL)
     server = Server(name, proc, f"http://127.0.0.1:{port}")
     try:
         wait_http(server.base + "/health", proc)
+        check_pinned(proc, pin.gateway)
         if use_key:
             body = {"name": "bench", "credits_micros": 10**12, "rpm": 10**6, "tpm": 10**9, "max_concurrent": 10_000}
             r = httpx.post(server.base + "/admin/keys", json=body, headers={"Authorization": f"Bearer {MASTER}"})
@@ -175,12 +212,13 @@ def start_reference(upstream: str, tmp: Path) -> Server:
     path.write_text(f'base_url: "{upstream}"\n')
     port, key = free_port(), "ipx-bench-reference"
     env = {**os.environ, "BENCH_CONFIG": str(path), "BENCH_KEY": key, "BENCH_UPSTREAM_KEY": "sk-bench"}
-    pin = core_bench.Pinning(True)
+    pin = PIN
     script = str(Path(__file__).parent / "reference_proxy.py")
     proc = subprocess.Popen([*pin.prefix(pin.gateway), sys.executable, script, str(port)], env=env)
     server = Server("reference", proc, f"http://127.0.0.1:{port}", key)
     try:
         wait_http(server.base + "/health", proc)
+        check_pinned(proc, pin.gateway)
     except BaseException:
         server.stop()
         raise
@@ -215,7 +253,7 @@ def throughput_rounds(servers: list[Server], args: argparse.Namespace) -> None:
     """`--rounds` rounds of `--throughput` seconds each, every server in turn within a round (the reference
     first): the machine's speed drifts over minutes, so each scenario is compared with the reference
     measured moments before it, round by round, and the median of those ratios is reported."""
-    pin = core_bench.Pinning(True)
+    pin = PIN
     for s in servers:  # warm every server up once (connections, caches, the JIT-less interpreter's caches)
         core_bench.wrk(s.url, s.key, False, 2, 50, pin.load, model="bench-model")
     for _ in range(args.rounds):
@@ -268,7 +306,7 @@ def main() -> int:
     args = p.parse_args()
     wanted = set(args.only.split(",")) if args.only else None
     up_port = free_port()
-    load = core_bench.Pinning(True)
+    load = PIN
     upstream = subprocess.Popen(
         [*load.prefix(load.load), sys.executable, str(Path(__file__).parent / "upstream.py"), "--port", str(up_port)],
         stdout=subprocess.DEVNULL,
@@ -345,7 +383,7 @@ def main() -> int:
         # round's ratio is against the reference's rate in the same round; the median over rounds is shown.
         ref = servers[0].rounds
         print(f"\n{'scenario':<27} {'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'PG+Redis µs':>12} {'of reference':>13} "
-              f"{'per round':>20} {'non2xx':>7} reconciles")  # fmt: skip
+              f"{'per round':>20} {'non2xx':>7} {'quiet wait s':>12} reconciles")  # fmt: skip
         for s in servers:
             ratios = [t["rps"] / r["rps"] for t, r in zip(s.rounds, ref, strict=True)]
             rps = statistics.median(t["rps"] for t in s.rounds)
@@ -354,7 +392,8 @@ def main() -> int:
             each = " ".join(f"{x:.2f}" for x in ratios)
             recon = next((r.get("reconciles", "-") for r in rows if r["scenario"] == s.name), "-")
             print(f"{s.name:<27} {rps:>15.0f} {cpu:>11.0f} {services:>12.0f} {statistics.median(ratios):>13.2f} "
-                  f"{each:>20} {sum(t['non_2xx'] for t in s.rounds):>7} {recon}")  # fmt: skip
+                  f"{each:>20} {sum(t['non_2xx'] for t in s.rounds):>7} "
+                  f"{max(t['waited_quiet_s'] for t in s.rounds):>12.1f} {recon}")  # fmt: skip
         out["reference"] = ref
     print(json.dumps(out))
     return 0
