@@ -13,12 +13,13 @@ open-loop at a fixed rate by bench/loadgen.py; the difference in latency between
 Needs PostgreSQL and Redis on 127.0.0.1 for the third row (skipped with a note if unreachable).
 
 `--throughput S` adds `--rounds` rounds of `wrk -c50` (buffered), S seconds per server, with every server
-pinned to core 0 and everything else to core 1, as in bench/run.py: requests/s and the gateway's CPU per
-request with every accounts stage on. All servers (the reference proxy of bench/reference_proxy.py too)
-run side by side and take turns within each round, so each scenario's ratio to the reference is taken
-against the reference measured moments before, and the median over rounds is reported: on a shared
-machine whose speed drifts by 20% over minutes, that is the comparison that holds still. Afterwards each
-key's balance must still equal its ledger sum.
+pinned to core 0 and everything else to core 1, as in bench/run.py (each server's affinity is checked once it
+is up), PostgreSQL and Redis wherever the kernel puts them: requests/s and the gateway's CPU per request with
+every accounts stage on. Each turn starts once the machine is quiet (the last one's writes done). All servers
+(the reference proxy of bench/reference_proxy.py too) run side by side and take turns within each round, so
+each scenario's ratio to the reference is taken against the reference measured moments before, and the median
+over rounds is reported: on a shared machine whose speed drifts by 20% over minutes, that is the comparison
+that holds still. Afterwards each key's balance must still equal its ledger sum.
 
     python bench/accounts.py --rps 200 --duration 10
     python bench/accounts.py --rps 150 --duration 4 --warmup 1 --throughput 6 --rounds 5
