@@ -94,7 +94,6 @@ def transport_failure(provider: str, exc: BaseException) -> GatewayError:
 
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-_RESPONSE_PARAMS = {"read_until_eof", "auto_decompress", "read_timeout"}
 
 
 def _direct_supported() -> bool:
@@ -105,7 +104,7 @@ def _direct_supported() -> bool:
     except (AttributeError, TypeError, ValueError):
         return False
     return (
-        _RESPONSE_PARAMS <= params.keys()
+        {"read_until_eof", "auto_decompress", "read_timeout"} <= params.keys()
         and {"req", "traces", "timeout"} <= connect.keys()
         and callable(getattr(aiohttp.ClientRequest, "send", None))
         and callable(getattr(aiohttp.ClientResponse, "start", None))
@@ -121,11 +120,11 @@ async def _post(
     """`session.post(url, data=..., allow_redirects=False)`, with only the steps a call to a provider takes.
 
     `ClientSession._request` is general (redirects, cookies, proxies, auth, tracing, middlewares, timeouts):
-    about 14 µs of CPU per call, a fifteenth of a keyed request's (docs/benchmarks.md), for features our
-    session does not use. Here the request is built with aiohttp's own request class and sent on a connection
-    from the session's connector, and the response read by its own parser, as `_request` does. Those steps
-    are aiohttp's but not its public API: `DIRECT` checks that they are there, and `session.post` is used if
-    not (tests/test_http_client.py runs both ways)."""
+    with the read timer it arms, about 14 µs of CPU per call, a sixteenth of a keyed request's
+    (docs/benchmarks.md), for features our session does not use. Here the request is built with aiohttp's own
+    request class and sent on a connection from the session's connector, and the response read by its own
+    parser, as `_request` does. Those steps are aiohttp's but not its public API: `DIRECT` checks that they are
+    there, and `session.post` is used if not (tests/test_http_client.py runs both ways)."""
     if not DIRECT:
         return await session.post(
             url, data=data, headers=headers, timeout=client_timeout(timeouts), allow_redirects=False
