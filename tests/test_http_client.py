@@ -1,5 +1,5 @@
 """The upstream HTTP call, both ways `providers.http` can make it: aiohttp's connection-level steps (`DIRECT`,
-what the gateway uses with the pinned aiohttp) and `session.post` (the fallback for an aiohttp without them).
+what the gateway uses with the aiohttp installed here) and `session.post` (the fallback for an aiohttp without them).
 Each runs against the fake OpenAI server, a real HTTP server that records what it received: the same wire
 request, the same answers, the same errors."""
 
