@@ -9,6 +9,7 @@ shares its one core with the server side).
 
     .venv/bin/python bench/clients.py                 # both clients, buffered and streamed, 5 s each
     .venv/bin/python bench/clients.py --duration 3
+    .venv/bin/python bench/clients.py --only inferplex --src <other checkout>/src   # the gateway's call, A/B
 """
 
 from __future__ import annotations
@@ -159,10 +160,42 @@ async def run_pyqwest(url: str, stream: bool, concurrency: int, duration: float)
     return await drive(streamed if stream else buffered, concurrency, duration)
 
 
+async def run_inferplex(url: str, stream: bool, concurrency: int, duration: float) -> tuple[int, float, float]:
+    """The gateway's own upstream call (providers/http.py: `post_json`, `open_stream`) on its own session:
+    aiohttp as the gateway drives it. `--src` picks another checkout's `src/` for an A/B."""
+    from yarl import URL
+
+    from inferplex.config import Timeouts
+    from inferplex.providers import http
+
+    body, sbody = json.loads(BODY), json.loads(SBODY)
+    s, t, target = http.new_session(), Timeouts(), URL(url)
+
+    async def buffered() -> None:
+        await http.post_json(s, target, body, HEADERS, t, "bench")
+
+    async def streamed() -> None:
+        r = await http.open_stream(s, target, sbody, HEADERS, t, "bench")
+        try:
+            n = 0
+            async for chunk in r.content.iter_any():
+                n += len(chunk)
+            assert n
+        finally:
+            r.close()
+
+    try:
+        return await drive(streamed if stream else buffered, concurrency, duration)
+    finally:
+        await s.close()
+
+
 def child(client: str, url: str, stream: bool, concurrency: int, duration: float) -> None:
     import uvloop
 
-    if client == "aiohttp":
+    if client == "inferplex":
+        coro = run_inferplex(url, stream, concurrency, duration)
+    elif client == "aiohttp":
         coro = run_aiohttp(url, stream, concurrency, duration)
     elif client == "pyreqwest":
         coro = run_pyreqwest(url, stream, concurrency, duration)
@@ -180,7 +213,7 @@ def clients() -> list[str]:
     import importlib.util
 
     optional = ("httpx2", "pyreqwest", "pyqwest")
-    return ["aiohttp", "httpx"] + [name for name in optional if importlib.util.find_spec(name)]
+    return ["inferplex", "aiohttp", "httpx"] + [name for name in optional if importlib.util.find_spec(name)]
 
 
 def versions() -> dict[str, str]:
@@ -199,6 +232,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5)
     ap.add_argument("--concurrency", type=int, default=50)
+    ap.add_argument("--only", help="comma-separated clients (default: all installed)")
+    ap.add_argument("--src", help="the `inferplex` client from this src/ directory (another checkout)")
     ap.add_argument("--child", nargs=3, metavar=("CLIENT", "URL", "STREAM"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -226,12 +261,15 @@ def main() -> int:
         print(f"concurrency {args.concurrency}, {args.duration:g} s per case; client on core 0, upstream on core 1\n")
         print("| client | call | requests/s | client CPU µs / request |")
         print("|---|---|---|---|")
+        env = {**os.environ, **({"PYTHONPATH": str(Path(args.src).resolve())} if args.src else {})}
         for stream in (False, True):
-            for client in clients():
+            for client in args.only.split(",") if args.only else clients():
                 kind = "1" if stream else "0"
                 cmd = [*pin_client, sys.executable, __file__, "--duration", str(args.duration),
                        "--concurrency", str(args.concurrency), "--child", client, url, kind]  # fmt: skip
-                out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.duration + 60, check=False)
+                out = subprocess.run(
+                    cmd, capture_output=True, text=True, timeout=args.duration + 60, check=False, env=env
+                )
                 if out.returncode != 0:
                     print(f"| {client} | {'stream' if stream else 'buffered'} | failed: {out.stderr[-300:]!r} | |")
                     continue

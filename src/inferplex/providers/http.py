@@ -38,11 +38,11 @@ def new_session() -> aiohttp.ClientSession:
 
 
 @functools.lru_cache(maxsize=256)
-def client_timeout(t: Timeouts) -> aiohttp.ClientTimeout:
+def client_timeout(connect: float) -> aiohttp.ClientTimeout:
     """aiohttp bounds only the connect. The router bounds the rest with its one `Deadline` per attempt: `read`
     as the wait for a buffered answer or a stream's first chunk (and a stream's stalls), `total` as the
     attempt's. aiohttp's own read timeout would re-arm a loop timer on every chunk (docs/benchmarks.md)."""
-    return aiohttp.ClientTimeout(total=None, sock_connect=t.connect, connect=None, sock_read=None)
+    return aiohttp.ClientTimeout(total=None, sock_connect=connect, connect=None, sock_read=None)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
@@ -104,7 +104,7 @@ def _direct_supported() -> bool:
     except (AttributeError, TypeError, ValueError):
         return False
     return (
-        {"read_until_eof", "auto_decompress", "read_timeout"} <= params.keys()
+        {"read_until_eof", "auto_decompress"} <= params.keys()
         and {"req", "traces", "timeout"} <= connect.keys()
         and callable(getattr(aiohttp.ClientRequest, "send", None))
         and callable(getattr(aiohttp.ClientResponse, "start", None))
@@ -127,7 +127,7 @@ async def _post(
     there, and `session.post` is used if not (tests/test_http_client.py runs both ways)."""
     if not DIRECT:
         return await session.post(
-            url, data=data, headers=headers, timeout=client_timeout(timeouts), allow_redirects=False
+            url, data=data, headers=headers, timeout=client_timeout(timeouts.connect), allow_redirects=False
         )
     connector = session.connector
     if connector is None:
@@ -141,10 +141,10 @@ async def _post(
         loop=asyncio.get_running_loop(),
         session=session,
     )
-    conn = await connector.connect(req, traces=[], timeout=client_timeout(timeouts))
-    protocol: ResponseHandler = conn.protocol  # type: ignore[assignment]
-    protocol.set_response_params(read_until_eof=True, auto_decompress=session.auto_decompress, read_timeout=None)
+    conn = await connector.connect(req, traces=[], timeout=client_timeout(timeouts.connect))
     try:
+        protocol: ResponseHandler = conn.protocol  # type: ignore[assignment]
+        protocol.set_response_params(read_until_eof=True, auto_decompress=session.auto_decompress)
         resp = await req.send(conn)
         try:
             await resp.start(conn)
