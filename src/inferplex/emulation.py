@@ -105,20 +105,31 @@ async def run_chat(plan: Plan, once: Once) -> Chunk:
 
 
 async def run_stream(plan: Plan, once: Once, stream_once: StreamOnce) -> AsyncGenerator[Chunk, None]:
-    """Serve a streamed request according to its plan; always ends with one usage chunk (`choices: []`)."""
+    """Serve a streamed request according to its plan; always ends with one usage chunk (`choices: []`).
+
+    With n fanned out, the calls' chunks become one stream: every chunk takes the first call's id and
+    `created` (each upstream message has its own), and call i's choice is index i. Without a fan-out the
+    indices are the upstream's own (Gemini's candidateCount streams several), and are left alone."""
     request = with_json_tool(plan.request, plan.json_tool) if plan.json_tool else plan.request
     usage: dict[str, Any] | None = None
     last: Chunk | None = None
+    fan_out = plan.fan_out > 1
+    identity: tuple[Any, Any] | None = None
     for i in range(plan.fan_out):
         source = aiter_chunks(completion_chunks(await once(request))) if plan.buffered_stream else stream_once(request)
         try:
             async for chunk in source:
+                if fan_out:
+                    if identity is None:
+                        identity = chunk.get("id"), chunk.get("created")
+                    chunk["id"], chunk["created"] = identity
                 if not chunk.get("choices") and chunk.get("usage") is not None:
                     usage = add_usage(usage, chunk["usage"])
                     last = chunk
                     continue
-                for choice in chunk.get("choices") or ():
-                    choice["index"] = i
+                if fan_out:
+                    for choice in chunk.get("choices") or ():
+                        choice["index"] = i
                 yield json_tool_chunk(chunk) if plan.json_tool else chunk
         finally:
             aclose = getattr(source, "aclose", None)

@@ -17,12 +17,16 @@ blocks, tool results without a matching tool_use, and temperature above 1. Behav
 - `*error-<status>`: that HTTP status with Anthropic's error type (529 overloaded, 429 with retry-after)
 - `*midstream*`: a stream that fails after some text with an `overloaded_error` event
 - `*slow*`: streams "tick " every 50 ms for 30 s, recording when the client hangs up
+- `*numbered*`: `echo: <text> #<k>`, k counting the numbered answers so far (tells parallel calls apart)
 - `output_config.format`: answers with JSON matching the schema
+
+Every message gets an id of its own (`msg_fake0001`, ...), as Anthropic's do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -182,10 +186,15 @@ def _last_user_text(body: dict[str, Any]) -> tuple[str, int, list[dict[str, Any]
     return text, images, [b for b in blocks if b.get("type") == "tool_result"]
 
 
+_numbered = itertools.count(1)
+
+
 def answer(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str, str | None, dict[str, Any]]:
     """(content blocks, stop_reason, stop_sequence, usage) for a valid request."""
     model: str = body["model"]
     text, images, results = _last_user_text(body)
+    if "numbered" in model:
+        text += f" #{next(_numbered)}"
     input_tokens = sum(
         words(" ".join(b.get("text", "") for b in _blocks(m["content"]) if b.get("type") == "text"))
         for m in body["messages"]
@@ -256,6 +265,7 @@ class FakeAnthropic(FakeServer):
         super().__init__(name="anthropic")
         self.api_key = api_key
         self.disconnects: list[float] = []
+        self._ids = itertools.count(1)
 
     def routes(self) -> list[web.RouteDef]:
         return [web.post("/v1/messages", self.messages), web.post("/v1/messages/count_tokens", self.count)]
@@ -294,9 +304,10 @@ class FakeAnthropic(FakeServer):
             headers = {"retry-after": "7"} if status == 429 else None
             return error(status, "Overloaded" if status == 529 else f"fake failure {status}", headers)
         blocks, stop_reason, stop_seq, usage = answer(body)
+        message_id = f"msg_fake{next(self._ids):04d}"
         if not body.get("stream"):
             message = {
-                "id": "msg_fake01",
+                "id": message_id,
                 "type": "message",
                 "role": "assistant",
                 "model": model,
@@ -309,7 +320,7 @@ class FakeAnthropic(FakeServer):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
         await resp.prepare(request)
         start = {
-            "id": "msg_fake01",
+            "id": message_id,
             "type": "message",
             "role": "assistant",
             "model": model,

@@ -5,7 +5,8 @@ Shapes follow Azure's REST reference for chat completions (2024-10-21): OpenAI's
 carries the prompt's filter results. Errors: 401 `{"error": {"code": "401", "message": ...}}` for a bad
 key, 404 `DeploymentNotFound`, 400 `content_filter` with `innererror` for a filtered prompt.
 Deployments: any name echoes; `filtered` ends with finish_reason content_filter; `prompt-filtered` is the
-400; `missing` does not exist.
+400; `missing` does not exist; `choices` answers each of n choices with its own text (`... (choice i)`),
+streamed interleaved under one id as Azure does.
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ class FakeAzure(FakeServer):
         if deployment == "filtered":
             text, finish = "echo:", "content_filter"
             choice_filter = {**SAFE, "violence": {"filtered": True, "severity": "medium"}}
-        usage = {"prompt_tokens": words(text), "completion_tokens": words(text), "total_tokens": 2 * words(text)}
+        n = int(body.get("n") or 1)
+        texts = [f"{text} (choice {i})" for i in range(n)] if deployment == "choices" else [text] * n
+        out_words = sum(words(t) for t in texts)
+        usage = {"prompt_tokens": words(text), "completion_tokens": out_words, "total_tokens": words(text) + out_words}
         base = {
             "id": "chatcmpl-az1",
             "created": 1735689600,
@@ -85,12 +89,13 @@ class FakeAzure(FakeServer):
                 "usage": usage,
                 "choices": [
                     {
-                        "index": 0,
+                        "index": i,
                         "finish_reason": finish,
                         "logprobs": None,
-                        "message": {"role": "assistant", "content": text, "refusal": None},
+                        "message": {"role": "assistant", "content": t, "refusal": None},
                         "content_filter_results": choice_filter,
                     }
+                    for i, t in enumerate(texts)
                 ],
             }
             return web.Response(body=orjson.dumps(data), content_type="application/json")
@@ -100,41 +105,18 @@ class FakeAzure(FakeServer):
             {"id": "", "object": "", "created": 0, "model": "", "choices": [], "prompt_filter_results": PROMPT_FILTER}
         ]
         chunk = {**base, "object": "chat.completion.chunk"}
-        chunks.append(
-            {
-                **chunk,
-                "choices": [
-                    {
-                        "index": 0,
-                        "delta": {"role": "assistant", "content": ""},
-                        "finish_reason": None,
-                        "content_filter_results": {},
-                    }
-                ],
-            }
-        )
-        for k, word in enumerate(text.split(" ")):
-            chunks.append(
-                {
-                    **chunk,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "delta": {"content": word if k == 0 else " " + word},
-                            "finish_reason": None,
-                            "content_filter_results": choice_filter,
-                        }
-                    ],
-                }
-            )
-        chunks.append(
-            {
-                **chunk,
-                "choices": [
-                    {"index": 0, "delta": {}, "finish_reason": finish, "content_filter_results": choice_filter}
-                ],
-            }
-        )
+
+        def one(i: int, delta: dict[str, Any], finish_reason: str | None, filters: dict[str, Any]) -> dict[str, Any]:
+            choice = {"index": i, "delta": delta, "finish_reason": finish_reason, "content_filter_results": filters}
+            return {**chunk, "choices": [choice]}
+
+        chunks += [one(i, {"role": "assistant", "content": ""}, None, {}) for i in range(n)]
+        split = [t.split(" ") for t in texts]
+        for k in range(max(len(ws) for ws in split)):  # the choices take turns, as Azure interleaves them
+            for i, ws in enumerate(split):
+                if k < len(ws):
+                    chunks.append(one(i, {"content": ws[k] if k == 0 else " " + ws[k]}, None, choice_filter))
+        chunks += [one(i, {}, finish, choice_filter) for i in range(n)]
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**chunk, "choices": [], "usage": usage})
         for c in chunks:

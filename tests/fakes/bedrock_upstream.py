@@ -11,12 +11,14 @@ unknown fields, roles other than user/assistant, a first message that is not use
 Behaviour by model id: `*tool*` calls the first tool (forced tool honoured; `*parallel*`: two); after a
 toolResult answers `tool said: <text>`; `*think*` adds reasoning; `*cache*` reports cache reads/writes;
 `*guardrail*` stops with guardrail_intervened; `*future*` an unknown block and stop reason;
-`*throttle*` a 429 ThrottlingException; `*midstream*` an exception frame after some text.
+`*throttle*` a 429 ThrottlingException; `*midstream*` an exception frame after some text; `*numbered*`
+answers `echo: <text> #<k>`, k counting the numbered answers so far (tells parallel calls apart).
 """
 
 from __future__ import annotations
 
 import binascii
+import itertools
 import struct
 from typing import Any
 
@@ -125,9 +127,14 @@ def validate(model: str, body: Any) -> str | None:
     return None
 
 
+_numbered = itertools.count(1)
+
+
 def answer(model: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
     last = body["messages"][-1]
     texts = " ".join(b["text"] for b in last["content"] if "text" in b)
+    if "numbered" in model:
+        texts += f" #{next(_numbered)}"
     results = [b["toolResult"] for b in last["content"] if "toolResult" in b]
     tools = [t["toolSpec"] for t in (body.get("toolConfig") or {}).get("tools") or () if "toolSpec" in t]
     choice = (body.get("toolConfig") or {}).get("toolChoice") or {}

@@ -9,7 +9,9 @@ with `alt=sse` (one `data:` JSON per event, `\\r\\n` line ends, no terminator), 
 Behaviour by model name: `*echo*` echoes the last user text; `*tool*` calls the first allowed function
 (`*parallel*`: two); `*safety*` stops with SAFETY; `*blocked*` blocks the prompt; `*think*` adds a thought
 part; `*sig*` signs its first call and rejects a history whose call lost its `thoughtSignature`;
-`*cache*` reports cached tokens; `*future*` an unknown part and finish reason; `*error-<code>*` fails.
+`*cache*` reports cached tokens; `*future*` an unknown part and finish reason; `*error-<code>*` fails;
+`*choices*` gives each candidate its own text and streams the candidates word by word, taking turns, with
+`index` 0 left out as proto3 JSON does.
 """
 
 from __future__ import annotations
@@ -204,10 +206,24 @@ def candidates(model: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], 
         usage["thoughtsTokenCount"] = 3
     ratings = [{"category": "HARM_CATEGORY_HARASSMENT", "probability": "NEGLIGIBLE"}]
     cands = [
-        {"content": {"parts": parts, "role": "model"}, "finishReason": finish, "index": i, "safetyRatings": ratings}
+        {"content": {"parts": _own(parts, i, model), "role": "model"}, "finishReason": finish, "index": i}
         for i in range(int(gen.get("candidateCount") or 1))
     ]
+    for cand in cands:
+        cand["safetyRatings"] = ratings
     return cands, usage
+
+
+def _own(parts: list[dict[str, Any]], i: int, model: str) -> list[dict[str, Any]]:
+    """`*choices*`: each candidate's text ends with ` (candidate i)`, so candidates can be told apart."""
+    if "choices" not in model:
+        return parts
+    return [{**p, "text": p["text"] + f" (candidate {i})"} if "text" in p else p for p in parts]
+
+
+def _indexed(cand: dict[str, Any], index: int) -> dict[str, Any]:
+    """A candidate as proto3 JSON writes it: `index` 0 is the default value, so it is left out."""
+    return {**cand, "index": index} if index else cand
 
 
 class FakeGemini(FakeServer):
@@ -270,8 +286,10 @@ class FakeGemini(FakeServer):
         """The response cut the way Gemini streams it: text in pieces, calls whole, finish on the last."""
         if not cands:
             return [data]
-        events = []
         meta = {"modelVersion": data["modelVersion"], "responseId": data["responseId"]}
+        if "choices" in data["modelVersion"]:
+            return self._interleaved(data, cands, meta)
+        events = []
         for cand in cands:
             for part in cand["content"]["parts"]:
                 pieces = [part]
@@ -300,3 +318,24 @@ class FakeGemini(FakeServer):
             **meta,
         }
         return [*events, last]
+
+    def _interleaved(
+        self, data: dict[str, Any], cands: list[dict[str, Any]], meta: dict[str, str]
+    ) -> list[dict[str, Any]]:
+        """`*choices*` with candidateCount > 1: one event per word of each candidate, the candidates taking
+        turns, then one finishing event per candidate (the last with the usage); index 0 left out."""
+        words_of = [" ".join(p.get("text", "") for p in c["content"]["parts"]).split(" ") for c in cands]
+        prompt = {"promptTokenCount": data["usageMetadata"]["promptTokenCount"]}
+        events: list[dict[str, Any]] = []
+        for k in range(max(len(w) for w in words_of)):
+            for i, ws in enumerate(words_of):
+                if k < len(ws):
+                    part = {"text": ws[k] if k == 0 else " " + ws[k]}
+                    cand = _indexed({"content": {"parts": [part], "role": "model"}}, i)
+                    events.append({"candidates": [cand], "usageMetadata": prompt, **meta})
+        for i, c in enumerate(cands):
+            end = {"content": {"parts": [{"text": ""}], "role": "model"}, "finishReason": c["finishReason"]}
+            last = _indexed(end, i)
+            usage = data["usageMetadata"] if i == len(cands) - 1 else prompt
+            events.append({"candidates": [last], "usageMetadata": usage, **meta})
+        return events

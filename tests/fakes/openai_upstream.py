@@ -14,6 +14,8 @@ TensorZero's dummy provider does:
 - `echo-tiny-*`: echo the last user message verbatim (no prefix), streamed 1-3 characters per chunk
 - `json-fix-*`: answer `not json` until the conversation holds an assistant turn, then `{"ok": true}`
 - `sleep-<ms>`: wait that long, then echo; requests in flight are counted (`in_flight`, `max_in_flight`)
+- `choices-*`: n choices, each its own text (`echo: <text> (choice i)`), streamed as OpenAI does: the
+  choices' chunks interleaved under one id, each choice finishing once
 """
 
 from __future__ import annotations
@@ -150,26 +152,37 @@ def _completion(body: dict[str, Any]) -> dict[str, Any]:
             content, finish, ct = verbatim, "stop", _words(verbatim)
         message = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
     n = body.get("n") or 1
+    messages = [message] * n
+    if model.startswith("choices-"):
+        messages = [{**message, "content": text} for text in _choice_texts(body)]
     return {
         "id": "chatcmpl-fake123",
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [{"index": i, "message": message, "logprobs": None, "finish_reason": finish} for i in range(n)],
+        "choices": [
+            {"index": i, "message": m, "logprobs": None, "finish_reason": finish} for i, m in enumerate(messages)
+        ],
         "usage": {"prompt_tokens": pt, "completion_tokens": ct * n, "total_tokens": pt + ct * n, **usage_extra},
         "service_tier": "default",
         "system_fingerprint": "fp_fake",
     }
 
 
-def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, usage: bool = False) -> bytes:
+def _choice_texts(body: dict[str, Any]) -> list[str]:
+    """`choices-*`: the text of each of the n choices, each its own."""
+    content = _reply(body)[0]
+    return [f"{content} (choice {i})" for i in range(body.get("n") or 1)]
+
+
+def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, usage: bool = False, index: int = 0) -> bytes:
     data: dict[str, Any] = {
         "id": "chatcmpl-fake123",
         "object": "chat.completion.chunk",
         "created": 1735689600,
         "model": model,
         "system_fingerprint": "fp_fake",
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
     }
     if usage:
         data["usage"] = None
@@ -236,6 +249,9 @@ class FakeOpenAI:
                 while time.monotonic() < deadline:
                     await resp.write(_chunk(model, {"content": "tick "}, usage=include_usage))
                     await asyncio.sleep(0.05)
+            elif model.startswith("choices-"):
+                await self._choices(resp, body, include_usage)
+                return resp
             elif model == "die-midstream":
                 await resp.write(_chunk(model, {"content": "partial "}, usage=include_usage))
                 await resp.write(_chunk(model, {"content": "answer "}, usage=include_usage))
@@ -272,6 +288,22 @@ class FakeOpenAI:
             self.state.disconnects.append(time.monotonic())
             raise
         return resp
+
+    async def _choices(self, resp: web.StreamResponse, body: dict[str, Any], include_usage: bool) -> None:
+        """n choices streamed word by word, taking turns (the role chunk above was choice 0's)."""
+        model = body["model"]
+        texts = [t.split(" ") for t in _choice_texts(body)]
+        for i in range(1, len(texts)):
+            await resp.write(_chunk(model, {"role": "assistant", "content": ""}, usage=include_usage, index=i))
+        for k in range(max(len(t) for t in texts)):
+            for i, ws in enumerate(texts):
+                if k < len(ws):
+                    piece = ws[k] if k == 0 else " " + ws[k]
+                    await resp.write(_chunk(model, {"content": piece}, usage=include_usage, index=i))
+        for i in range(len(texts)):
+            await resp.write(_chunk(model, {}, "stop", usage=include_usage, index=i))
+        prompt = sum(_words(_text_of(m)) for m in body["messages"])
+        await self._finish(resp, model, include_usage, prompt, sum(len(t) for t in texts))
 
     async def _finish(self, resp: web.StreamResponse, model: str, include_usage: bool, pt: int, ct: int) -> None:
         if include_usage:

@@ -8,6 +8,7 @@ the pipeline hides that chunk from callers who did not ask for it.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -167,6 +168,8 @@ class OpenAICompatible:
         )
         public = target.model.name
         done = False
+        stream_id: str | None = None
+        held: list[Chunk] = []  # chunks sent before the stream's id is known (Azure's prompt-filter chunk)
         try:
             async for _, chunk in http.json_events(resp, name):
                 if chunk is http.DONE:
@@ -177,7 +180,19 @@ class OpenAICompatible:
                 if "error" in chunk and "choices" not in chunk:
                     raise UpstreamError(http.error_message(orjson.dumps(chunk), f"provider {name} failed mid-stream"))
                 chunk["model"] = public
+                if not chunk.get("id"):  # one id for the whole stream, as a client expects
+                    if stream_id is None:
+                        held.append(chunk)
+                        continue
+                    chunk["id"] = stream_id
+                elif stream_id is None:
+                    stream_id = chunk["id"]
+                    for early in _identified(held, chunk):
+                        yield early
+                    held.clear()
                 yield chunk
+            for early in _identified(held, {"id": "chatcmpl-" + secrets.token_hex(12)}):  # no chunk had an id
+                yield early
         finally:
             resp.close()
         if not done:
@@ -196,6 +211,15 @@ class OpenAICompatible:
 
     async def aclose(self) -> None:
         """The HTTP session is shared and closed by the app."""
+
+
+def _identified(held: list[Chunk], first: Chunk) -> list[Chunk]:
+    """Chunks that came before the first one with an id (Azure opens a stream with `"id": ""` and only the
+    prompt's filter results), given that chunk's id, `object` and `created`."""
+    for chunk in held:
+        chunk["id"], chunk["object"] = first["id"], first.get("object") or "chat.completion.chunk"
+        chunk["created"] = chunk.get("created") or first.get("created", 0)
+    return held
 
 
 def needs_plan(request: ChatRequest, caps: Capabilities, *, stream: bool) -> bool:
