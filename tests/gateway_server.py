@@ -44,6 +44,7 @@ class GatewayServer:
             access_log=False,
             lifespan="on",
             timeout_graceful_shutdown=2,
+            proxy_headers=False,  # as `inferplex serve`: X-Forwarded-For counts only from accounts.trusted_proxies
         )
         self.server = uvicorn.Server(uv_config)
         self._thread: threading.Thread | None = None
