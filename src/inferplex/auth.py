@@ -33,6 +33,9 @@ class Principal:
     metadata: dict[str, Any] = field(default_factory=dict)
     # Free-form per-key settings later stages read (limits, default processors, ...).
     settings: dict[str, Any] = field(default_factory=dict)
+    # What a token minted by this principal is bound to (accounts/tokens.py): a fingerprint of the secret
+    # it authenticated with, so that secret's rotation ends the token. Empty: it may not mint tokens.
+    binding: str = ""
 
     def may_use(self, model: str) -> bool:
         return not self.allowed_models or any(fnmatch.fnmatchcase(model, p) for p in self.allowed_models)
@@ -49,6 +52,12 @@ class Principal:
 
 
 MASTER = Principal(key_id="master", name="master key")
+
+
+def effective_scopes(scopes: frozenset[str]) -> frozenset[str]:
+    """What a set of scopes allows: `admin` allows every scope (as `require_scope` treats it), so narrowing
+    an admin's token to `chat` leaves it `chat`, not nothing."""
+    return ALL_SCOPES if "admin" in scopes else scopes
 
 
 def credential(headers: Headers) -> str | None:

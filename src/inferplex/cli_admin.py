@@ -95,19 +95,20 @@ def _print(data: Any) -> None:
 
 
 async def _keys_create(db: Database, args: argparse.Namespace) -> int:
-    body = KeyCreate(
-        name=args.name,
-        account_id=args.account,
-        credits_micros=args.credits,
-        allowed_models=args.models,
-        allowed_ips=args.ips,
-        tags=args.tags,
-        rpm=args.rpm,
-        tpm=args.tpm,
-        max_concurrent=args.max_concurrent,
-        **({"scopes": [s.strip() for s in args.scopes.split(",")]} if args.scopes else {}),
-    )
-    record, secret = await ops.create_key(KeyStore(db), Ledger(db), body)
+    fields: dict[str, Any] = {
+        "name": args.name,
+        "account_id": args.account,
+        "credits_micros": args.credits,
+        "allowed_models": args.models,
+        "allowed_ips": args.ips,
+        "tags": args.tags,
+        "rpm": args.rpm,
+        "tpm": args.tpm,
+        "max_concurrent": args.max_concurrent,
+    }
+    if args.scopes:
+        fields["scopes"] = [s.strip() for s in args.scopes.split(",")]
+    record, secret = await ops.create_key(KeyStore(db), Ledger(db), KeyCreate.model_validate(fields))
     _print(ops.key_view(record, secret))
     return 0
 

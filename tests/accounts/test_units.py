@@ -88,13 +88,13 @@ def test_client_ip_honours_forwarded_for_only_from_trusted_proxies(
 
 def test_tokens_round_trip_and_refuse_tampering_and_expiry() -> None:
     secret = b"s" * 32
-    token = tokens.issue(secret, "key_1", frozenset({"chat"}), expires_at=2000)
+    token = tokens.issue(secret, "key_1", frozenset({"chat"}), expires_at=2000, bound_to="b")
     claims = tokens.verify(secret, token, now=1000)
-    assert claims == tokens.Claims("key_1", frozenset({"chat"}), 2000)
+    assert claims == tokens.Claims("key_1", frozenset({"chat"}), 2000, "b")
     assert tokens.verify(secret, token, now=2000) is None
     assert tokens.verify(b"t" * 32, token, now=1000) is None
     body, _, sig = token.rpartition(".")
-    forged = tokens.issue(b"x", "key_admin", frozenset({"admin"}), 9999).rpartition(".")[0] + "." + sig
+    forged = tokens.issue(b"x", "key_admin", frozenset({"admin"}), 9999, "b").rpartition(".")[0] + "." + sig
     assert tokens.verify(secret, forged, now=1000) is None
     for bad in ("", "ipxt.", "ipxt..", "ipx-abc", body):
         assert tokens.verify(secret, bad, now=1000) is None

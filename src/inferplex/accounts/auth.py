@@ -8,22 +8,29 @@ echo the credential.
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 
 from inferplex.accounts.keys import KEY_PREFIX, same_digest
 from inferplex.accounts.limits import LimitPlan, Limits
-from inferplex.accounts.tokens import TOKEN_PREFIX, verify
-from inferplex.auth import MASTER, MasterKeyAuth, Principal, credential, digest
+from inferplex.accounts.tokens import TOKEN_PREFIX, Claims, binding, verify
+from inferplex.auth import MASTER, MasterKeyAuth, Principal, credential, digest, effective_scopes
 from inferplex.errors import PermissionDenied, Unauthenticated
 from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY
 from inferplex.store.keys import AccountLimits, KeyRecord, KeyStore
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _invalid_token() -> Unauthenticated:
+    """One answer for every bad token (forged, expired, or minted with a secret since rotated): never says which."""
+    return Unauthenticated("The access token is invalid or has expired.", code="invalid_token")
 
 
 def parse_networks(items: Sequence[str]) -> tuple[Network, ...]:
@@ -50,7 +57,10 @@ def client_ip(peer: str | None, forwarded_for: str | None, trusted: Sequence[Net
     return hops[0] if hops else peer
 
 
-def principal_of(record: KeyRecord, account: AccountLimits, scopes: frozenset[str] | None = None) -> Principal:
+def principal_of(
+    record: KeyRecord, account: AccountLimits, scopes: frozenset[str] | None = None, bound_to: str = ""
+) -> Principal:
+    """The key's principal; with `scopes` (a token's), narrowed to them: never more than the key holds."""
     key_scopes = frozenset(record.scopes)
     limit_scopes = [(f"key:{record.id}", Limits(record.rpm, record.tpm, record.max_concurrent))]
     if record.account_id:
@@ -59,7 +69,7 @@ def principal_of(record: KeyRecord, account: AccountLimits, scopes: frozenset[st
         key_id=record.id,
         account_id=record.account_id,
         name=record.name,
-        scopes=key_scopes if scopes is None else key_scopes & scopes,
+        scopes=key_scopes if scopes is None else effective_scopes(key_scopes) & scopes,
         allowed_models=tuple(record.allowed_models),
         tags=tuple(record.tags),
         metadata=dict(record.metadata),
@@ -68,16 +78,21 @@ def principal_of(record: KeyRecord, account: AccountLimits, scopes: frozenset[st
             DEFAULTS_KEY: list(record.default_processors),
             ENFORCED_KEY: list(record.enforced_processors),
         },
+        binding=bound_to,
     )
 
 
 class KeyAuth:
     def __init__(self, master_key: str, keys: KeyStore, token_secret: bytes, trusted_proxies: Sequence[str]) -> None:
         self._master = MasterKeyAuth(master_key)
+        # The master key's principal carries the fingerprint its tokens are bound to: after the master key
+        # changes (and the gateway restarts), tokens minted with the old one no longer match it.
+        self.master = replace(MASTER, binding=binding(token_secret, digest(master_key).hex()))
         self.keys = keys
         self.token_secret = token_secret
         self.trusted = parse_networks(trusted_proxies)
         self._principals: dict[tuple[int, frozenset[str] | None], tuple[object, Principal]] = {}
+        self._master_tokens: dict[frozenset[str], Principal] = {}
 
     async def authenticate(self, request: Request) -> Principal:
         token = credential(request.headers)
@@ -87,22 +102,21 @@ class KeyAuth:
             )
         raw_digest = digest(token)
         if self._master.matches_digest(raw_digest):
-            return MASTER
+            return self.master
         now = time.time()
+        claims: Claims | None = None
         if token.startswith(TOKEN_PREFIX):
             claims = verify(self.token_secret, token, now)
             if claims is None:
-                raise Unauthenticated("The access token is invalid or has expired.", code="invalid_token")
+                raise _invalid_token()
             if claims.key_id == MASTER.key_id:
-                return MASTER
+                return self._master_token(claims)
             found = await self.keys.by_id_with_account(claims.key_id)
-            scopes: frozenset[str] | None = claims.scopes
         elif token.startswith(KEY_PREFIX):
             hex_digest = raw_digest.hex()  # key_digest(token), without hashing it twice
             found = await self.keys.by_hash(hex_digest)
             if found is not None and not same_digest(found[0].hash, hex_digest):
                 found = None
-            scopes = None
         else:
             raise Unauthenticated("Incorrect API key provided.")
         if found is None:
@@ -110,7 +124,20 @@ class KeyAuth:
         record = found[0]
         self._check_live(record, now)
         self._check_ip(record, request)
-        return self._principal(found, scopes)
+        principal = self._principal(found, None if claims is None else claims.scopes)
+        if claims is not None and not hmac.compare_digest(claims.binding, principal.binding):
+            raise _invalid_token()  # minted with a secret the key no longer has (it was rotated)
+        return principal
+
+    def _master_token(self, claims: Claims) -> Principal:
+        """A token minted with the master key: only if minted with the current one, and only its scopes."""
+        if not hmac.compare_digest(claims.binding, self.master.binding):
+            raise _invalid_token()
+        principal = self._master_tokens.get(claims.scopes)
+        if principal is None:
+            principal = replace(self.master, scopes=self.master.scopes & claims.scopes)
+            self._master_tokens[claims.scopes] = principal  # at most one per subset of ALL_SCOPES
+        return principal
 
     def _principal(self, found: tuple[KeyRecord, AccountLimits], scopes: frozenset[str] | None) -> Principal:
         """`principal_of`, built once per key record: the key store hands back the very same record for as
@@ -119,7 +146,7 @@ class KeyAuth:
         kept = self._principals.get(memo)
         if kept is not None and kept[0] is found:
             return kept[1]
-        principal = principal_of(*found, scopes)
+        principal = principal_of(*found, scopes, binding(self.token_secret, found[0].hash))
         if len(self._principals) >= 10_000:
             self._principals.clear()
         self._principals[memo] = (found, principal)  # holding `found` keeps its id from being reused

@@ -1,8 +1,14 @@
 """Short-lived bearer tokens (OneInfer's token exchange): `ipxt.<payload>.<signature>`.
 
-The payload is base64url JSON `{"kid": key id, "scp": scopes, "exp": unix seconds}`; the signature is
-HMAC-SHA256 over `ipxt.<payload>` with the server secret. A token carries no authority of its own: every use
-re-reads its key, so revoking or expiring the key kills its tokens at once, on every replica.
+The payload is base64url JSON `{"kid": key id, "scp": scopes, "exp": unix seconds, "bnd": binding}`; the
+signature is HMAC-SHA256 over `ipxt.<payload>` with the server secret. A token carries no authority of its
+own: every use re-reads its key, so revoking or expiring the key kills its tokens at once, on every replica.
+
+The binding ties a token to the secret it was minted with (an API key's current secret, or the master key):
+an HMAC of that secret's SHA-256 under the server secret, checked on every use. So rotating a key, or
+changing the master key and restarting, ends the tokens minted with the old secret at once, though the key
+id (or `master`) they name is still valid. A token without a binding (minted before bindings existed) is
+refused: tokens live at most `token_ttl_s`, so this costs a re-exchange, never access.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ class Claims:
     key_id: str
     scopes: frozenset[str]
     expires_at: int
+    binding: str
 
 
 def _b64(data: bytes) -> str:
@@ -40,8 +47,15 @@ def _sign(secret: bytes, body: str) -> str:
     return _b64(hmac.new(secret, body.encode(), hashlib.sha256).digest())
 
 
-def issue(secret: bytes, key_id: str, scopes: frozenset[str], expires_at: int) -> str:
-    body = TOKEN_PREFIX + _b64(orjson.dumps({"kid": key_id, "scp": sorted(scopes), "exp": expires_at}))
+def binding(secret: bytes, credential_digest: str) -> str:
+    """What a token minted with a credential carries, given that credential's SHA-256 (hex): it proves which
+    secret minted the token without revealing anything about that secret to whoever holds the token."""
+    return _b64(hmac.new(secret, b"binding:" + credential_digest.encode(), hashlib.sha256).digest()[:16])
+
+
+def issue(secret: bytes, key_id: str, scopes: frozenset[str], expires_at: int, bound_to: str) -> str:
+    payload = {"kid": key_id, "scp": sorted(scopes), "exp": expires_at, "bnd": bound_to}
+    body = TOKEN_PREFIX + _b64(orjson.dumps(payload))
     return body + "." + _sign(secret, body)
 
 
@@ -54,7 +68,7 @@ def verify(secret: bytes, token: str, now: float) -> Claims | None:
         return None
     try:
         data = orjson.loads(_unb64(body[len(TOKEN_PREFIX) :]))
-        claims = Claims(str(data["kid"]), frozenset(data["scp"]), int(data["exp"]))
+        claims = Claims(str(data["kid"]), frozenset(data["scp"]), int(data["exp"]), str(data["bnd"]))
     except (ValueError, KeyError, TypeError):
         return None
     return claims if claims.expires_at > now else None

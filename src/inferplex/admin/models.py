@@ -1,4 +1,9 @@
-"""The admin API's request bodies: pydantic models with extra fields forbidden (also its OpenAPI schemas)."""
+"""The admin API's request bodies: pydantic models with extra fields forbidden (also its OpenAPI schemas).
+
+Whatever a body holds must be storable as it is on every engine, so both engines answer alike and a bad value
+is a 400 naming its field, never a database error: integers are strict (`true` is not 1) and within the
+BIGINT columns that keep them (store/tables.py), and no text holds NUL, which PostgreSQL cannot store.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,46 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from inferplex.auth import ALL_SCOPES
 
 DEFAULT_SCOPES = sorted(ALL_SCOPES - {"admin"})
+INT64_MAX = 2**63 - 1  # BIGINT, the type of every integer column an admin writes
+
+
+def nul_at(value: Any, where: str) -> str | None:
+    """Where in `value` (a JSON value) the first NUL character is, as a path from `where`; None if nowhere.
+    Iterative, so a deeply nested value cannot exhaust the stack."""
+    stack = [(where, value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return path
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if "\x00" in str(key):
+                    return f"{path} (a key)"
+                stack.append((f"{path}.{key}", child))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", child) for i, child in enumerate(item))
+    return None
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @field_validator("*")
+    @classmethod
+    def _storable(cls, value: Any, info: Any) -> Any:
+        where = nul_at(value, info.field_name)
+        if where is not None:
+            raise ValueError(f"{where} contains a NUL character, which cannot be stored")
+        return value
+
+
+def _not_null(value: Any) -> Any:
+    """For a PATCH field that may be left out but not cleared (null would be stored, or refused by the
+    database, instead of meaning anything)."""
+    if value is None:
+        raise ValueError("may be omitted but not null")
+    return value
 
 
 def _check_scopes(value: list[str] | None) -> list[str] | None:
@@ -52,19 +93,25 @@ def _check_processors(value: list[Any] | None) -> list[Any] | None:
 
 
 class KeyLimits(_Body):
-    rpm: int | None = Field(None, gt=0, description="requests per minute")
-    tpm: int | None = Field(None, gt=0, description="tokens per minute")
-    max_concurrent: int | None = Field(None, gt=0, description="requests in flight at once")
+    """Limits of a key or an account; null (or omitted at creation): no limit."""
+
+    rpm: int | None = Field(None, gt=0, le=INT64_MAX, description="requests per minute")
+    tpm: int | None = Field(None, gt=0, le=INT64_MAX, description="tokens per minute")
+    max_concurrent: int | None = Field(None, gt=0, le=INT64_MAX, description="requests in flight at once")
 
 
 class KeyCreate(KeyLimits):
     name: str = Field(min_length=1, max_length=200)
-    account_id: str | None = Field(None, description="bill this account; omitted: a new account is created")
-    credits_micros: int = Field(0, ge=0, description="top up the (new or given) account by this many micro-USD")
+    account_id: str | None = Field(
+        None, max_length=40, description="bill this account; omitted: a new account is created"
+    )
+    credits_micros: int = Field(
+        0, ge=0, le=INT64_MAX, description="top up the (new or given) account by this many micro-USD"
+    )
     scopes: list[str] = Field(default_factory=lambda: list(DEFAULT_SCOPES))
     allowed_models: list[str] = Field(default_factory=list, description="glob patterns; empty: every model")
     allowed_ips: list[str] = Field(default_factory=list, description="addresses or CIDR blocks; empty: any")
-    expires_at: float | None = Field(None, description="UNIX seconds")
+    expires_at: float | None = Field(None, allow_inf_nan=False, description="UNIX seconds")
     tags: list[str] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
     default_processors: list[str | dict[str, Any]] = Field(
@@ -81,16 +128,30 @@ class KeyCreate(KeyLimits):
 
 
 class KeyUpdate(KeyLimits):
+    """Every field given is applied (store/keys.py `EDITABLE` holds exactly these); null clears a limit or
+    the expiry, and is refused for the rest."""
+
     name: str | None = Field(None, min_length=1, max_length=200)
     scopes: list[str] | None = None
     allowed_models: list[str] | None = None
     allowed_ips: list[str] | None = None
-    expires_at: float | None = None
+    expires_at: float | None = Field(None, allow_inf_nan=False, description="UNIX seconds; null: never")
     tags: list[str] | None = None
     metadata: dict[str, Any] | None = None
     default_processors: list[str | dict[str, Any]] | None = None
     enforced_processors: list[str | dict[str, Any]] | None = None
 
+    _required = field_validator(
+        "name",
+        "scopes",
+        "allowed_models",
+        "allowed_ips",
+        "tags",
+        "metadata",
+        "default_processors",
+        "enforced_processors",
+        mode="before",
+    )(_not_null)
     _scopes = field_validator("scopes")(_check_scopes)
     _ips = field_validator("allowed_ips")(_check_ips)
     _defaults = field_validator("default_processors")(_check_processors)
@@ -99,22 +160,31 @@ class KeyUpdate(KeyLimits):
 
 class AccountCreate(KeyLimits):
     name: str = Field(min_length=1, max_length=200)
-    credits_micros: int = Field(0, ge=0)
+    credits_micros: int = Field(0, ge=0, le=INT64_MAX)
 
 
 class AccountUpdate(KeyLimits):
     name: str | None = Field(None, min_length=1, max_length=200)
 
+    _required = field_validator("name", mode="before")(_not_null)
+
 
 class CreditChange(_Body):
-    amount_micros: int = Field(description="micro-USD added to the balance (negative: an adjustment down)")
+    amount_micros: int = Field(
+        ge=-INT64_MAX,
+        le=INT64_MAX,
+        description="micro-USD added to the balance (negative: an adjustment down); refused if the balance "
+        "would leave the 64-bit range",
+    )
     kind: Literal["topup", "refund", "adjust"] = "topup"
     note: str | None = Field(None, max_length=500)
 
 
 class TokenRequest(_Body):
     ttl_s: int | None = Field(None, gt=0, description="lifetime; at most the configured token_ttl_s")
-    scopes: list[str] | None = Field(None, description="narrow the token to these of the key's scopes")
+    scopes: list[str] | None = Field(
+        None, min_length=1, description="narrow the token to these of the caller's scopes (never widen them)"
+    )
 
     _scopes = field_validator("scopes")(_check_scopes)
 

@@ -1,11 +1,13 @@
 """The admin API (`/admin/...`, admin scope) and the token exchange (`POST /v1/auth/token`).
 
 Every handler is a thin shell: parse the body with its pydantic model, call `admin.operations` or a store,
-answer JSON. Errors are OpenAI error objects, like every other route.
+answer JSON. Errors are OpenAI error objects, like every other route. Every parameter is checked before it
+reaches a store (`_admin`, `_int`, `_float`), so bad input is a 400 naming it, never a database error.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, TypeVar
 
@@ -19,13 +21,15 @@ from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import operations as ops
 from inferplex.admin.models import AccountCreate, AccountUpdate, CreditChange, KeyCreate, KeyUpdate, TokenRequest
 from inferplex.admin.openapi import openapi_document
+from inferplex.auth import credential, effective_scopes
 from inferplex.dialects.openai import render_error
-from inferplex.edge import endpoint, json_response, read_json
-from inferplex.errors import InvalidRequest, NotFound
+from inferplex.edge import Handler, endpoint, json_response, read_json
+from inferplex.errors import InvalidRequest, NotFound, PermissionDenied
 from inferplex.pipeline import Context
 from inferplex.store.usage import GROUPS, UsageFilter
 
 B = TypeVar("B", bound=BaseModel)
+MAX_PAGE = 10_000  # rows a list answer holds at most (`limit`)
 
 
 def _services(request: Request) -> AccountServices:
@@ -48,9 +52,26 @@ def _float(request: Request, name: str) -> float | None:
     if value is None:
         return None
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
-        raise InvalidRequest(f"`{name}` must be a number (UNIX seconds).", param=name) from None
+        number = math.nan
+    if not math.isfinite(number):
+        raise InvalidRequest(f"`{name}` must be a number (UNIX seconds).", param=name)
+    return number
+
+
+def _int(request: Request, name: str, default: int, highest: int) -> int:
+    """A positive integer query parameter, at most `highest` (a page size: the database's LIMIT)."""
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= highest:
+        raise InvalidRequest(f"`{name}` must be an integer from 1 to {highest}.", param=name)
+    return number
 
 
 # ---- keys ------------------------------------------------------------------------------------------------
@@ -141,7 +162,7 @@ async def change_credits(request: Request, ctx: Context) -> Response:
 async def ledger(request: Request, ctx: Context) -> Response:
     s, account_id = _services(request), request.path_params["account_id"]
     await _account_view(s, account_id)
-    rows = await s.ledger.entries(account_id, int(request.query_params.get("limit", "1000")))
+    rows = await s.ledger.entries(account_id, _int(request, "limit", 1000, MAX_PAGE))
     return json_response({"object": "list", "data": rows})
 
 
@@ -158,7 +179,7 @@ def _filter(request: Request) -> UsageFilter:
 async def usage(request: Request, ctx: Context) -> Response:
     s = _services(request)
     await s.usage_log.flush()
-    limit = min(int(request.query_params.get("limit", "100")), 10_000)
+    limit = _int(request, "limit", 100, MAX_PAGE)
     return json_response({"object": "list", "data": await s.usage.rows(_filter(request), limit)})
 
 
@@ -175,25 +196,42 @@ async def usage_totals(request: Request, ctx: Context) -> Response:
 
 
 async def issue_token(request: Request, ctx: Context) -> Response:
-    """Trade the API key in the Authorization header for a short-lived signed bearer token."""
+    """Trade the credential in the Authorization header for a short-lived signed bearer token, which holds
+    at most the credential's scopes and outlives neither `token_ttl_s` nor a token it was traded from."""
     s = _services(request)
-    ctx.principal = await request.app.state.services.auth.authenticate(request)
+    principal = ctx.principal = await request.app.state.services.auth.authenticate(request)
     body = TokenRequest()
-    if request.headers.get("content-length") not in (None, "0"):
+    if request.headers.get("content-length") not in (None, "0") or "transfer-encoding" in request.headers:
         body = await _body(request, TokenRequest)
-    ttl = min(body.ttl_s or s.config.accounts.token_ttl_s, s.config.accounts.token_ttl_s)
-    scopes = ctx.principal.scopes if body.scopes is None else ctx.principal.scopes & frozenset(body.scopes)
-    expires_at = int(time.time()) + ttl
-    token = tokens.issue(s.token_secret, ctx.principal.key_id, scopes, expires_at)
+    longest = s.config.accounts.token_ttl_s
+    if body.ttl_s is not None and body.ttl_s > longest:
+        raise InvalidRequest(f"`ttl_s` must be at most {longest} (accounts.token_ttl_s).", param="ttl_s")
+    scopes = principal.scopes
+    if body.scopes is not None:
+        beyond = sorted(set(body.scopes) - effective_scopes(principal.scopes))
+        if beyond:
+            raise PermissionDenied(
+                f"A token can only narrow its credential's scopes, and this one does not have {beyond}.",
+                param="scopes",
+                code="scope_not_allowed",
+            )
+        scopes = frozenset(body.scopes)
+    now = int(time.time())
+    expires_at = now + (body.ttl_s or longest)
+    presented = credential(request.headers) or ""
+    if presented.startswith(tokens.TOKEN_PREFIX):  # traded from a token: it ends when that one does
+        claims = tokens.verify(s.token_secret, presented, now)
+        expires_at = min(expires_at, claims.expires_at if claims else now)
+    token = tokens.issue(s.token_secret, principal.key_id, scopes, expires_at, principal.binding)
     return json_response(
         {
             "object": "access_token",
             "access_token": token,
             "token_type": "Bearer",
-            "expires_in": ttl,
+            "expires_in": expires_at - now,
             "expires_at": expires_at,
             "scopes": sorted(scopes),
-            "key_id": ctx.principal.key_id,
+            "key_id": principal.key_id,
         }
     )
 
@@ -202,8 +240,18 @@ async def openapi(request: Request) -> Response:
     return json_response(openapi_document())
 
 
-def _admin(handler: Any) -> Any:
-    return endpoint(render_error, handler, "admin")
+def _admin(handler: Handler) -> Any:
+    """An admin route: admin scope, and no path or query parameter holding NUL, which no store can hold
+    (PostgreSQL refuses it even in a comparison), whichever parameter a handler reads."""
+
+    async def checked(request: Request, ctx: Context) -> Response:
+        params = [*request.path_params.items(), *request.query_params.multi_items()]
+        for name, value in params:
+            if "\x00" in value:
+                raise InvalidRequest(f"`{name}` contains a NUL character.", param=name)
+        return await handler(request, ctx)
+
+    return endpoint(render_error, checked, "admin")
 
 
 routes = [
