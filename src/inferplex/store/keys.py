@@ -48,20 +48,9 @@ class AccountLimits:
 
 
 _COLUMNS = [f.name for f in fields(KeyRecord)]
-EDITABLE = frozenset(
-    {
-        "name",
-        "scopes",
-        "allowed_models",
-        "allowed_ips",
-        "tags",
-        "metadata",
-        "rpm",
-        "tpm",
-        "max_concurrent",
-        "expires_at",
-    }
-)
+# What `update` may change: everything but the identity, the secret's digest, the account and the lifecycle
+# (revoke and rotate have operations of their own).
+EDITABLE = frozenset(_COLUMNS) - {"id", "hash", "prefix", "account_id", "revoked_at", "created_at"}
 
 
 def _key_with_account(where: Any) -> Any:
@@ -132,7 +121,11 @@ class KeyStore:
         return [_record(r) for r in rows]
 
     async def update(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:
-        values = {k: v for k, v in changes.items() if k in EDITABLE}
+        """Apply every change or none: a field that is not editable is a caller's bug, never skipped quietly."""
+        refused = sorted(set(changes) - EDITABLE)
+        if refused:
+            raise ValueError(f"not editable: {', '.join(refused)}")
+        values = dict(changes)
         if values:
             statement = update(t.api_keys).where(t.api_keys.c.id == key_id).values(values)
             await self.db.write(lambda conn: conn.execute(statement))
