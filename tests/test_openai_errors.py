@@ -146,6 +146,32 @@ def test_unknown_route_and_method(gateway: GatewayServer) -> None:
 
 
 @pytest.mark.parametrize(
+    ("method", "path", "allow", "dialect"),
+    [
+        ("GET", "/v1/chat/completions", "POST", "openai"),
+        ("DELETE", "/v1/models", "GET, HEAD", "openai"),
+        ("GET", "/v1/messages", "POST", "anthropic"),
+        ("PUT", "/v1/ula/chat/completions", "POST", "oneinfer"),
+        ("GET", "/v0/chat/completions", "POST", "openai"),
+        ("GET", "/api/v1/chat/completions", "POST", "openai"),
+    ],
+)
+def test_405_says_which_methods_are_allowed(
+    gateway: GatewayServer, method: str, path: str, allow: str, dialect: str
+) -> None:
+    r = httpx.request(method, gateway.url + path, headers=gateway.auth)
+    assert r.status_code == 405
+    assert sorted(m.strip() for m in r.headers["allow"].split(",")) == sorted(allow.split(", "))
+    body = r.json()
+    if dialect == "anthropic":
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    elif dialect == "oneinfer":
+        assert body["error"]["code"] == "method_not_allowed" and body["api_details"]["api_status"] == "error"
+    else:
+        assert_error(r, 405, "invalid_request_error", "method_not_allowed")
+
+
+@pytest.mark.parametrize(
     "model,status,type_",
     [
         ("error-500", 502, "api_error"),

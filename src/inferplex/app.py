@@ -22,14 +22,15 @@ from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import routes as admin_routes
 from inferplex.auth import Authenticator
 from inferplex.catalog import Catalog
-from inferplex.config import Config
+from inferplex.config import Config, ServerConfig
 from inferplex.dialects import anthropic as anthropic_dialect
 from inferplex.dialects import inferexchange as inferexchange_dialect
 from inferplex.dialects import oneinfer as oneinfer_dialect
 from inferplex.dialects import openai as openai_dialect
 from inferplex.dialects import unify as unify_dialect
+from inferplex.dialects.by_path import error_payload, plain_error
 from inferplex.edge import Endpoint, json_response, self_contained
-from inferplex.errors import GatewayError, NotFound
+from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits
 from inferplex.pipeline import Pipeline
 from inferplex.processors.chain import gateway_factory
 from inferplex.providers.base import Adapter
@@ -51,6 +52,11 @@ class Services:
     pipeline: Pipeline
     auth: Authenticator
     max_body_bytes: int
+    json_limits: JsonLimits = DEFAULT_LIMITS
+
+
+def json_limits(server: ServerConfig) -> JsonLimits:
+    return JsonLimits(server.max_json_depth, server.max_json_items, server.max_json_string_chars)
 
 
 def build_adapters(config: Config, resources: Resources) -> dict[str, Adapter]:
@@ -62,17 +68,16 @@ async def _health(request: Request) -> Response:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 and 405 (with its `Allow` header), in the dialect of the path asked for."""
     assert isinstance(exc, HTTPException)
-    if request.url.path.startswith("/v1/messages"):
-        return anthropic_dialect.render_http_error(exc.status_code, f"{request.method} {request.url.path}")
-    if request.url.path.startswith("/v1/ula/"):
-        return oneinfer_dialect.render_http_error(exc.status_code, f"{request.method} {request.url.path}")
+    what = f"{request.method} {request.url.path}"
     if exc.status_code == 404:
-        err: GatewayError = NotFound(f"Unknown route {request.method} {request.url.path}.", code="unknown_route")
+        err = plain_error(f"Unknown route {what}.", 404, "unknown_route")
+    elif exc.status_code == 405:
+        err = plain_error(f"Method not allowed: {what}.", 405, "method_not_allowed")
     else:
-        err = GatewayError(exc.detail, status=exc.status_code, code="method_not_allowed")
-        err.type = "invalid_request_error"
-    return json_response(err.to_openai(), status=err.status)
+        err = plain_error(exc.detail, exc.status_code, "invalid_request_error")
+    return json_response(error_payload(request.url.path, err), dict(exc.headers or {}), exc.status_code)
 
 
 class Gateway(Starlette):
@@ -121,6 +126,7 @@ def create_app(config: Config, master_key: str) -> Gateway:
             ),
             accounts.auth,
             config.server.max_body_bytes,
+            json_limits(config.server),
         )
         try:
             yield

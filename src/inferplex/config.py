@@ -167,6 +167,17 @@ class ServerConfig(_Strict):
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     data_dir: str = ".inferplex"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # The request head (docs/limits.md): nginx's large_client_header_buffers 4 x 8k. Over a line: 414 for
+    # the request line, 431 for a header; over the total: 431. The answer is followed by a lingering close
+    # of at most `lingering_close_s`, so the client reads it instead of a reset.
+    max_request_line_bytes: int = Field(8192, ge=256, le=1024 * 1024)
+    max_header_bytes: int = Field(8192, ge=256, le=1024 * 1024)
+    max_head_bytes: int = Field(32768, ge=1024, le=16 * 1024 * 1024)
+    lingering_close_s: float = Field(5.0, gt=0, le=60)
+    # The shape of a JSON body (json_limits.py): nesting depth, items per array or object, string length.
+    max_json_depth: int = Field(64, ge=2, le=200)
+    max_json_items: int = Field(100_000, ge=1)
+    max_json_string_chars: int = Field(10_485_760, ge=1)
 
 
 class StorageConfig(_Strict):

@@ -22,6 +22,8 @@ from inferplex.errors import (
     Unavailable,
     UnsupportedMediaType,
 )
+from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits
+from inferplex.json_limits import check as check_json
 from inferplex.pipeline import Context
 from inferplex.store.engine import unreachable
 
@@ -60,7 +62,9 @@ def json_response(data: Any, headers: dict[str, str] | None = None, status: int 
     return JSONBytes(orjson.dumps(data), status, headers)
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
+async def read_json(request: Request, max_bytes: int, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
+    """The decoded body: 415 if it is not declared JSON, 413 over `max_bytes`, 400 if it does not parse or
+    is past one of `limits` (depth, items, string length: json_limits.py)."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";", 1)[0].strip().lower() != "application/json":
         raise UnsupportedMediaType(
@@ -68,12 +72,14 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         )
     body = await read_bytes(request, max_bytes)
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(
             f"We could not parse the JSON body of your request: {exc.args[0] if exc.args else 'invalid JSON'}.",
             code="invalid_json",
         ) from None
+    check_json(body, value, limits)
+    return value
 
 
 async def read_bytes(request: Request, max_bytes: int) -> bytes:

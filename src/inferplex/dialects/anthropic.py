@@ -73,11 +73,6 @@ def render_error(err: GatewayError, ctx: Context) -> Response:
     return json_response(error_body(kind, err.message), headers, status)
 
 
-def render_http_error(status: int, message: str) -> Response:
-    """Starlette's own 404/405 for a path under /v1/messages, in Anthropic's shape."""
-    return json_response(error_body(_TYPES.get(status, "invalid_request_error"), message), status=status)
-
-
 def _uses_cache_control(value: Any) -> bool:
     if isinstance(value, dict):
         return "cache_control" in value or any(_uses_cache_control(v) for v in value.values())
@@ -137,7 +132,7 @@ def _canonical(wire: CountTokensRequest, request: Request) -> tuple[dict[str, An
 
 async def messages(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    body = await read_json(request, services.max_body_bytes)
+    body = await read_json(request, services.max_body_bytes, services.json_limits)
     wire: MessagesRequest = parse(MessagesRequest, body)
     full, raw, chat = _canonical(wire, request)
     if wire.stream:
@@ -152,7 +147,7 @@ async def messages(request: Request, ctx: Context) -> Response:
 
 async def count_tokens(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    body = await read_json(request, services.max_body_bytes)
+    body = await read_json(request, services.max_body_bytes, services.json_limits)
     wire: CountTokensRequest = parse(CountTokensRequest, body)
     if not wire.messages:
         raise InvalidRequest("messages: at least one message is required", param="messages")

@@ -20,6 +20,7 @@ from starlette.types import Message
 
 from inferplex.edge import read_bytes
 from inferplex.errors import InvalidRequest
+from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits, check_field
 
 FieldKind = Literal["json", "json_or_text", "float", "int", "bool"]
 _TRUE = {"true", "1", "yes", "on"}
@@ -32,11 +33,13 @@ def _schema_error(name: str, message: str) -> InvalidRequest:
     )
 
 
-def coerce(name: str, text: str, kind: FieldKind) -> Any:
-    """One form value read as the kind its field holds."""
+def coerce(name: str, text: str, kind: FieldKind, limits: JsonLimits = DEFAULT_LIMITS) -> Any:
+    """One form value read as the kind its field holds; a JSON value within the same `limits` as a body."""
     try:
         if kind == "json" or (kind == "json_or_text" and text.lstrip().startswith(("[", "{"))):
-            return orjson.loads(text)
+            value = orjson.loads(text)
+            check_field(text, name, value, limits)
+            return value
         if kind == "float":
             return float(text)
         if kind == "int":
@@ -52,7 +55,9 @@ def coerce(name: str, text: str, kind: FieldKind) -> Any:
     return text
 
 
-async def read_form(request: Request, max_bytes: int, kinds: Mapping[str, FieldKind]) -> dict[str, Any]:
+async def read_form(
+    request: Request, max_bytes: int, kinds: Mapping[str, FieldKind], limits: JsonLimits = DEFAULT_LIMITS
+) -> dict[str, Any]:
     """The form's fields as a JSON-like dict; fields not in `kinds` stay strings, files are refused."""
     body = await read_bytes(request, max_bytes)
 
@@ -70,7 +75,7 @@ async def read_form(request: Request, max_bytes: int, kinds: Mapping[str, FieldK
             if isinstance(value, UploadFile):
                 raise _schema_error(name, "files are not accepted here")
             kind = kinds.get(name)
-            out[name] = value if kind is None else coerce(name, value, kind)
+            out[name] = value if kind is None else coerce(name, value, kind, limits)
     finally:
         await form.close()
     return out

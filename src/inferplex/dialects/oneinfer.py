@@ -40,6 +40,7 @@ from inferplex.config import ModelConfig
 from inferplex.dialects.forms import FieldKind, read_form
 from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InternalError, InvalidRequest, UnsupportedMediaType
+from inferplex.json_limits import JsonLimits
 from inferplex.pipeline import ChatStream, Context
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
@@ -97,13 +98,6 @@ def render_error(err: GatewayError, ctx: Context) -> Response:
     if err.retry_after is not None:
         headers["retry-after"] = str(max(int(err.retry_after + 0.999), 1))
     return json_response(error_envelope(err, status), headers, status)
-
-
-def render_http_error(status: int, message: str) -> Response:
-    """Starlette's own 404/405 for a path under /v1/ula, in the envelope."""
-    err = GatewayError(message, status=status, code="unknown_route" if status == 404 else "method_not_allowed")
-    err.type = "invalid_request_error"
-    return json_response(error_envelope(err, status), status=status)
 
 
 def _schema_error(message: str, param: str | None = None) -> InvalidRequest:
@@ -190,17 +184,17 @@ def to_canonical(body: Any, catalog: Catalog) -> dict[str, Any]:
     return full
 
 
-async def read_body(request: Request, max_bytes: int) -> Any:
+async def read_body(request: Request, max_bytes: int, limits: JsonLimits) -> Any:
     content_type = request.headers.get("content-type", "")
     media = content_type.split(";", 1)[0].strip().lower()
     if media == "multipart/form-data":
-        return await read_form(request, max_bytes, FORM_FIELDS)
+        return await read_form(request, max_bytes, FORM_FIELDS, limits)
     if media != "application/json":
         raise UnsupportedMediaType(
             f"Unsupported content type {content_type or '(none)'!r}: "
             "send the body as application/json or multipart/form-data."
         )
-    return await read_json(request, max_bytes)
+    return await read_json(request, max_bytes, limits)
 
 
 # ---- responses --------------------------------------------------------------------------------------------
@@ -268,7 +262,7 @@ async def render_stream(stream: ChatStream) -> AsyncIterator[bytes]:
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     catalog = services.pipeline.catalog
-    full = to_canonical(await read_body(request, services.max_body_bytes), catalog)
+    full = to_canonical(await read_body(request, services.max_body_bytes, services.json_limits), catalog)
     chat = parse_chat(full)
     if chat.stream:
         stream = await services.pipeline.chat_stream(chat, full, ctx)

@@ -92,7 +92,7 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
 
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    raw = await read_json(request, services.max_body_bytes)
+    raw = await read_json(request, services.max_body_bytes, services.json_limits)
     chat: ChatRequest = parse(ChatRequest, raw)
     return await answer_chat(services, chat, raw, ctx)
 
@@ -110,7 +110,7 @@ async def answer_chat(services: Services, chat: ChatRequest, raw: dict[str, Any]
 
 async def embeddings(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    raw = await read_json(request, services.max_body_bytes)
+    raw = await read_json(request, services.max_body_bytes, services.json_limits)
     req: EmbeddingRequest = parse(EmbeddingRequest, raw)
     response = await services.pipeline.embed(req, raw, ctx)
     timings = response["timings"] = ctx.timings.as_dict()

@@ -112,7 +112,7 @@ def _caller_key(request: Request, services: Services, model: str, provider: str)
 
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    raw = await read_json(request, services.max_body_bytes)
+    raw = await read_json(request, services.max_body_bytes, services.json_limits)
     if not isinstance(raw, dict):
         raise InvalidRequest("The request body must be a JSON object.")
     if "model" not in raw:
