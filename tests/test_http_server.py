@@ -7,6 +7,7 @@ import asyncio
 import socket
 
 import orjson
+import pytest
 
 from inferplex.http_server import CoalescingTransport
 from tests.gateway_server import GatewayServer
@@ -130,3 +131,36 @@ def test_pipelined_requests_get_their_answers_whole_and_in_order(gateway: Gatewa
             data += chunk
     answers = [orjson.loads(body)["choices"][0]["message"]["content"] for _, _, body in _responses(data)]
     assert answers == ["echo: number 0", "echo: number 1", "echo: number 2"]
+
+
+@pytest.mark.parametrize(
+    ("path", "dialect"),
+    [
+        ("/v1/chat/completions", "openai"),
+        ("/v1/messages", "anthropic"),
+        ("/v1/ula/chat/completions", "oneinfer"),
+        ("/v0/chat/completions", "openai"),
+        ("/api/v1/chat/completions", "openai"),
+    ],
+)
+def test_a_malformed_head_gets_a_json_400_in_the_paths_dialect(gateway: GatewayServer, path: str, dialect: str) -> None:
+    """A NUL in a header value is refused by the HTTP parser, before any route: still the route's JSON error."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer {gateway.master_key}\r\n"
+        f"X-Bad: a\x00b\r\nContent-Type: application/json\r\nContent-Length: {len(BODY)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as s:
+        s.sendall(head.encode() + BODY)
+        data = b""
+        while chunk := s.recv(65536):  # the gateway closes after answering
+            data += chunk
+    ((status, headers, body),) = _responses(data)
+    assert status == 400 and headers["content-type"] == "application/json"
+    error = orjson.loads(body)
+    if dialect == "anthropic":
+        assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    elif dialect == "oneinfer":
+        assert error["api_details"]["api_status"] == "error" and error["error"]["code"] == "invalid_http_request"
+    else:
+        assert set(error["error"]) == {"message", "type", "param", "code"}
+        assert error["error"]["code"] == "invalid_http_request"

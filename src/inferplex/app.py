@@ -30,6 +30,7 @@ from inferplex.dialects import openai as openai_dialect
 from inferplex.dialects import unify as unify_dialect
 from inferplex.dialects.by_path import error_payload, plain_error
 from inferplex.edge import Endpoint, json_response, self_contained
+from inferplex.http_server import HeadLimits
 from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits
 from inferplex.pipeline import Pipeline
 from inferplex.processors.chain import gateway_factory
@@ -90,6 +91,9 @@ class Gateway(Starlette):
     root_path) still takes Starlette's path.
     """
 
+    # Read by the HTTP protocol (http_server.py) when a connection is made.
+    head_limits: HeadLimits = HeadLimits()
+
     def __init__(self, *, routes: Sequence[BaseRoute], **kwargs: object) -> None:
         super().__init__(routes=routes, **kwargs)  # type: ignore[arg-type]
         self._exact: dict[tuple[str, str], Endpoint] = {
@@ -140,4 +144,9 @@ def create_app(config: Config, master_key: str) -> Gateway:
     routes = [Route("/health", _health, methods=["GET"]), *openai_dialect.routes, *anthropic_dialect.routes]
     routes += [*oneinfer_dialect.routes, *unify_dialect.routes, *inferexchange_dialect.routes]
     routes += admin_routes.routes
-    return Gateway(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    app = Gateway(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    server = config.server
+    app.head_limits = HeadLimits(
+        server.max_request_line_bytes, server.max_header_bytes, server.max_head_bytes, server.lingering_close_s
+    )
+    return app
