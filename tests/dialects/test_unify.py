@@ -4,6 +4,7 @@ endpoints, the platform arguments, and `GET /v0/endpoints`.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +18,7 @@ from inferplex.errors import InvalidRequest
 from inferplex.providers.base import CallerKey, CallInfo
 from inferplex.providers.openai_compat import OpenAICompatible
 from tests.conftest import UPSTREAM_KEY
-from tests.dialects.conftest import CALLER_KEY
+from tests.dialects.conftest import CALLER_KEY, seed_config
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -228,9 +229,32 @@ def test_missing_model_and_bad_key(seed_gateway: GatewayServer) -> None:
     assert_openai_error(resp, 401)
 
 
-def test_region_narrows_the_deployments(seed_gateway: GatewayServer) -> None:
+def test_region_narrows_the_deployments(
+    seed_gateway: GatewayServer,
+    fake_openai: FakeOpenAI,
+    seed_anthropic: FakeAnthropic,
+    byok_openai: FakeOpenAI,
+    tmp_path: Path,
+) -> None:
     body = {"model": "gpt-4o-mini@openai", "messages": USER, "region": "eu-west1"}
-    assert_openai_error(post(seed_gateway, body), 400, param="region")
+    assert_openai_error(post(seed_gateway, body), 400, param="region", code="region_not_available")
+    # One endpoint (`llama-3.1-8b@groq`) with a deployment in each of two regions, and a strategy that always
+    # prefers us-east1: only the narrowing can send a request to eu-west1.
+    config = seed_config(fake_openai, seed_anthropic, byok_openai, str(tmp_path))
+    llama = next(m for m in config["models"] if m["name"] == "llama-3.1-8b")
+    llama["deployments"] = [
+        {"provider": "groq", "model": "llama-3.1-8b-instant", "region": "us-east1", "priority": 0},
+        {"provider": "groq", "model": "llama-3.1-8b-eu", "region": "eu-west1", "priority": 1},
+    ]
+    llama["routing"] = {"strategy": "priority"}
+    with GatewayServer(config) as gw:
+        for region, upstream in [("eu-west1", "llama-3.1-8b-eu"), ("us-east1", "llama-3.1-8b-instant")] * 2:
+            r = post(gw, {"model": "llama-3.1-8b@groq", "messages": USER, "region": region})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-inferplex-deployment"] == f"groq/{upstream}@{region}"
+            sent = fake_openai.state.last().body
+            assert sent["model"] == upstream and "region" not in sent
+        assert post(gw, {"model": "llama-3.1-8b@groq", "messages": USER}).headers["x-inferplex-provider"] == "groq"
 
 
 # ---- GET /v0/endpoints ------------------------------------------------------------------------------------
