@@ -16,7 +16,7 @@ import aiohttp
 
 from inferplex.canonical import ChatRequest
 from inferplex.capabilities import E, ProviderCapabilities, R, Support
-from inferplex.config import ProviderConfig
+from inferplex.config import ProviderConfig, Timeouts
 from inferplex.errors import GatewayError, UpstreamError
 from inferplex.providers import http
 from inferplex.providers.base import Chunk, Target
@@ -79,15 +79,10 @@ class Anthropic(NativeAdapter):
         configured = headers.get("anthropic-beta")
         return {**headers, "anthropic-beta": f"{configured},{wanted}" if configured else wanted}
 
-    async def _post(self, url: str, body: Chunk, request: ChatRequest) -> Any:
+    async def _post(self, url: str, body: Chunk, request: ChatRequest, timeouts: Timeouts) -> Any:
         try:
             data, _ = await http.post_json(
-                self._session,
-                url,
-                body,
-                self._with_betas(self._headers, request),
-                self.config.timeouts,
-                self.config.name,
+                self._session, url, body, self._with_betas(self._headers, request), timeouts, self.config.name
             )
         except GatewayError as err:
             raise overloaded(err) from err
@@ -95,14 +90,16 @@ class Anthropic(NativeAdapter):
 
     async def _chat_once(self, request: ChatRequest, target: Target) -> Chunk:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=False)
-        return tr.to_completion(await self._post(self._url, body, request), target.model.name)
+        # `target.provider` carries the deployment's timeouts (the router applies them), not `self.config`
+        data = await self._post(self._url, body, request, target.provider.timeouts)
+        return tr.to_completion(data, target.model.name)
 
     async def _stream_once(self, request: ChatRequest, target: Target) -> AsyncIterator[Chunk]:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=True)
         name = self.config.name
         try:
             headers = self._with_betas(self._stream_headers, request)
-            resp = await http.open_stream(self._session, self._url, body, headers, self.config.timeouts, name)
+            resp = await http.open_stream(self._session, self._url, body, headers, target.provider.timeouts, name)
         except GatewayError as err:
             raise overloaded(err) from err
         translator = tr.AnthropicStream(target.model.name)
@@ -118,11 +115,13 @@ class Anthropic(NativeAdapter):
             raise http.incomplete(name)
 
     async def count_tokens(self, request: ChatRequest, target: Target) -> int:
-        """The provider's own count of the request's input tokens (POST /v1/messages/count_tokens)."""
+        """The provider's own count of the request's input tokens (POST /v1/messages/count_tokens).
+
+        Not an attempt the router makes, so it is bounded here, by the deployment's timeouts."""
         body = tr.build_request(request, target.upstream_model, 1, stream=False)
         for key in ("max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "service_tier"):
             body.pop(key, None)
-        data = await self._post(self._count_url, body, request)
+        data = await http.bounded(target, lambda timeouts: self._post(self._count_url, body, request, timeouts))
         count = data.get("input_tokens") if isinstance(data, dict) else None
         if not isinstance(count, int):
             raise UpstreamError(f"provider {self.config.name} sent a token count without input_tokens")

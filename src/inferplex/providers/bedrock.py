@@ -102,7 +102,8 @@ class Bedrock(NativeAdapter):
         url = self._url(target.upstream_model, "converse")
         headers = self._signed_headers(url, orjson.dumps(body), "application/json")
         try:
-            data, _ = await http.post_json(self._session, url, body, headers, self.config.timeouts, self.config.name)
+            timeouts = target.provider.timeouts  # the deployment's own, applied by the router
+            data, _ = await http.post_json(self._session, url, body, headers, timeouts, self.config.name)
         except GatewayError as err:
             raise self._failure(err) from err
         return tr.to_completion(data, target.model.name)
@@ -115,7 +116,7 @@ class Bedrock(NativeAdapter):
         headers = self._signed_headers(url, orjson.dumps(body), "application/vnd.amazon.eventstream")
         name = self.config.name
         try:
-            resp = await http.open_stream(self._session, url, body, headers, self.config.timeouts, name)
+            resp = await http.open_stream(self._session, url, body, headers, target.provider.timeouts, name)
         except GatewayError as err:
             raise self._failure(err) from err
         translator = tr.BedrockStream(target.model.name)

@@ -49,6 +49,8 @@ def _overloaded(err: GatewayError) -> GatewayError:
 
 
 class Gemini(NativeAdapter):
+    """Calls take `target.provider.timeouts`: the router puts the deployment's own timeouts there."""
+
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
         self.config = config
         self.capabilities = CAPABILITIES
@@ -71,7 +73,7 @@ class Gemini(NativeAdapter):
                 self._url(target.upstream_model, "generateContent"),
                 body,
                 self._headers,
-                self.config.timeouts,
+                target.provider.timeouts,
                 self.config.name,
             )
         except GatewayError as err:
@@ -83,9 +85,8 @@ class Gemini(NativeAdapter):
         url = self._url(target.upstream_model, "streamGenerateContent") + "?alt=sse"
         name = self.config.name
         try:
-            resp = await http.open_stream(
-                self._session, url, body, {**self._headers, "accept": "text/event-stream"}, self.config.timeouts, name
-            )
+            headers = {**self._headers, "accept": "text/event-stream"}
+            resp = await http.open_stream(self._session, url, body, headers, target.provider.timeouts, name)
         except GatewayError as err:
             raise _overloaded(err) from err
         translator = tr.GeminiStream(target.model.name)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -20,8 +20,12 @@ from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
 from inferplex.config import Timeouts
+from inferplex.deadlines import Deadline
 from inferplex.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream_status
+from inferplex.providers.base import Target
 from inferplex.sse import Event, SSEDecoder
+
+T = TypeVar("T")
 
 
 def new_session() -> aiohttp.ClientSession:
@@ -242,3 +246,23 @@ async def json_events(resp: aiohttp.ClientResponse, provider: str) -> AsyncItera
 
 def incomplete(provider: str) -> UpstreamError:
     return UpstreamError(f"provider {provider} ended the stream before it was complete")
+
+
+async def bounded(target: Target, call: Callable[[Timeouts], Awaitable[T]]) -> T:
+    """`call(timeouts)` bounded as the router bounds an attempt, for the calls it does not make (token counts).
+
+    The router applies a deployment's `connect` to its provider and bounds the rest with its `Deadline`;
+    a call made beside it gets the same: the deployment's connect timeout (else the provider's) for
+    aiohttp, and the read bound, or the total one when shorter, for the whole call."""
+    provider, own = target.provider.timeouts, target.deployment.timeouts
+    timeouts = provider if own.connect is None else provider.model_copy(update={"connect": own.connect})
+    total = own.total or provider.total
+    limit = min(provider.read, total) if total else provider.read
+    deadline = Deadline(limit)
+    try:
+        with deadline:
+            return await call(timeouts)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise UpstreamTimeout(f"provider {target.provider.name} did not answer within {limit:.3g}s") from None
