@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.accounts import conftest as acc
 from tests.dialects import conftest as seed
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -169,3 +170,69 @@ def test_oneinfer_form_fields_are_held_to_the_same_caps(limited: GatewayServer) 
         timeout=10,
     )
     assert_refused(resp, "oneinfer", "messages", "json_too_deep")
+
+
+# ---- integers a caller sends (item 12): a 400 naming the field, never a 500 or a misleading 403 --------------
+
+pg_url = acc.pg_url  # the accounts suite's PostgreSQL database fixture
+BIG = 2**63
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def keyed(
+    request: pytest.FixtureRequest, fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[GatewayServer, str, str]]:
+    """A gateway with keys in SQLite or PostgreSQL, and a (non-master) key whose account has credits."""
+    url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    config = acc.billing_config(fake_openai, tmp_path_factory.mktemp("ints"), url)
+    with GatewayServer(config) as gw:
+        admin = acc.Admin(gw.url, gw.master_key)
+        created = admin.create_key(credits_micros=1_000_000)
+        admin.close()
+        yield gw, created["key"], created["account_id"]
+
+
+INTEGERS: list[tuple[str, dict[str, Any], str]] = [
+    ("/v1/chat/completions", {"max_tokens": BIG}, "max_tokens"),
+    ("/v1/chat/completions", {"max_completion_tokens": BIG}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"n": BIG}, "n"),
+    ("/v1/chat/completions", {"seed": 2**64 - 1}, "seed"),
+    ("/v1/chat/completions", {"logprobs": True, "top_logprobs": BIG}, "top_logprobs"),
+    ("/api/v1/chat/completions", {"max_tokens": BIG}, "max_tokens"),
+    ("/v0/chat/completions", {"max_tokens": BIG, "model": "priced@fake"}, "max_tokens"),
+    ("/v1/ula/chat/completions", {"max_tokens": BIG, "provider": "fake"}, "max_tokens"),
+    ("/v1/embeddings", {"model": "embed-model", "input": "hi", "dimensions": BIG}, "dimensions"),
+    ("/v1/embeddings", {"model": "embed-model", "input": [[1, 2, BIG]]}, "input"),
+    ("/v1/messages", {"max_tokens": BIG}, "max_tokens"),
+    ("/v1/messages", {"max_tokens": 5, "top_k": BIG}, "top_k"),
+]
+
+
+@pytest.mark.parametrize(("path", "fields", "param"), INTEGERS, ids=[f"{p}:{f}" for p, _, f in INTEGERS])
+def test_out_of_range_integers_are_a_400_naming_the_field(
+    keyed: tuple[GatewayServer, str, str], path: str, fields: dict[str, Any], param: str
+) -> None:
+    gw, key, account = keyed
+    admin = acc.Admin(gw.url, gw.master_key)
+    before = admin.account(account)["balance_micros"]
+    body: dict[str, Any] = {"model": "priced", "messages": USER, **fields}
+    if path == "/v1/embeddings":
+        body.pop("messages")
+    resp = httpx.post(gw.url + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=10)
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    if path == "/v1/messages":
+        assert error["type"] == "invalid_request_error" and param in error["message"]
+    else:
+        assert error["param"] == param
+    assert admin.account(account)["balance_micros"] == before  # nothing reserved, nothing charged
+    admin.close()
+
+
+def test_the_largest_accepted_max_tokens_is_refused_for_credit_not_by_the_store(
+    keyed: tuple[GatewayServer, str, str],
+) -> None:
+    gw, key, _ = keyed
+    body = {"model": "priced", "messages": USER, "max_tokens": 2**31 - 1}
+    resp = httpx.post(gw.base_url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+    assert resp.status_code == 403 and resp.json()["error"]["code"] == "insufficient_credits", resp.text

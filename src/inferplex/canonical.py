@@ -11,11 +11,16 @@ built by adapters and serialised once, and a dict costs nothing to pass along.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from inferplex.errors import InvalidRequest
+
+# The largest integer the gateway takes for a count (tokens, dimensions): every worst-case cost made from it
+# (times `n`, times a price in micro-USD) stays far inside the 64-bit integers the ledger stores.
+MAX_COUNT = 2**31 - 1
+TokenId = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 PartType = Literal["text", "image_url", "input_audio", "file", "refusal"]
@@ -132,8 +137,8 @@ class ChatRequest(_Open):
     provider: str | dict[str, Any] | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_COUNT)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_COUNT)
     stop: str | list[str] | None = None
     n: int | None = Field(None, ge=1, le=128)
     stream: bool | None = None
@@ -142,7 +147,7 @@ class ChatRequest(_Open):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-(2**63), le=2**63 - 1)  # 64 bits, as providers take it
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     logit_bias: dict[str, float] | None = None
@@ -188,9 +193,9 @@ class ChatRequest(_Open):
 
 class EmbeddingRequest(_Open):
     model: str = Field(min_length=1)
-    input: str | list[str] | list[int] | list[list[int]]
+    input: str | list[str] | list[TokenId] | list[list[TokenId]]
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(None, ge=1)
+    dimensions: int | None = Field(None, ge=1, le=MAX_COUNT)
     user: str | None = None
     provider: str | None = None
 

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from inferplex.canonical import MAX_COUNT
+
 
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
@@ -139,10 +141,10 @@ class CountTokensRequest(_Open):
 
 
 class MessagesRequest(CountTokensRequest):
-    max_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, le=MAX_COUNT)
     stop_sequences: list[str] | None = None
     stream: bool | None = None
     temperature: float | None = Field(None, ge=0, le=1)
     top_p: float | None = Field(None, ge=0, le=1)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, le=MAX_COUNT)
     metadata: Metadata | None = None
