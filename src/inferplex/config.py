@@ -186,6 +186,8 @@ class StorageConfig(_Strict):
     Without `database_url`, an SQLite file in `server.data_dir` (`sqlite:///path`; `sqlite+aiosqlite://` is read
     the same way). Without `redis_url`, limits are per replica.
     `redis_failure`: when Redis is unreachable, `open` admits requests unlimited, `closed` refuses them (503).
+    `redis_lease_s`: a concurrency slot's lease in Redis, renewed every third of it while its request runs:
+    how long the slots of a replica that died (or could not send a release) stay taken (limits/leases.py).
     `pool_size`: PostgreSQL connections per replica, all kept open; a request waits for a free one rather
     than opening (and then closing) an extra one, which costs more CPU than the queries themselves.
     """
@@ -196,6 +198,7 @@ class StorageConfig(_Strict):
     redis_prefix: str = "inferplex:limits:"
     redis_failure: Literal["open", "closed"] = "open"
     redis_timeout_s: float = Field(0.25, gt=0)
+    redis_lease_s: float = Field(30.0, ge=1, le=3600)
 
 
 class AccountsConfig(_Strict):

@@ -68,11 +68,27 @@ class DedicatedScript:
         conn = self._conn
         fresh = conn is None or not conn.is_connected
         try:
-            return await self._run(await self._connected(), keys, args)
+            return await self._attempt(keys, args)
         except RedisConnectionError:
             if fresh:
                 raise
-        return await self._run(await self._connected(), keys, args)
+        return await self._attempt(keys, args)
+
+    async def _attempt(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """One try, on the connection as it is. A transport that broke under the connection fails as
+        whatever the event loop raises for it, not always as one of redis-py's errors: uvloop raises
+        RuntimeError ("the handler is closed") for a write on a transport the peer reset, asyncio an
+        OSError. Those are connection failures too: the connection is dropped and they are raised as
+        redis-py's ConnectionError, so they are retried once like the others, and every caller sees one
+        kind of error for a Redis that cannot be reached."""
+        try:
+            return await self._run(await self._connected(), keys, args)
+        except TimeoutError:  # an OSError, but not a lost connection: `_read` has dropped it already
+            raise
+        except (OSError, RuntimeError, EOFError) as exc:
+            if self._conn is not None:
+                await self._conn.disconnect(nowait=True)
+            raise RedisConnectionError(f"Redis connection lost: {type(exc).__name__}: {exc}") from exc
 
     async def _run(self, conn: AbstractConnection, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:

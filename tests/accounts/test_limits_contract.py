@@ -274,3 +274,112 @@ async def test_a_script_call_cancelled_halfway_leaves_no_reply_for_the_next_call
     finally:
         await slow.aclose()
         await client.aclose()
+
+
+async def test_a_slot_is_renewed_while_its_request_runs_past_its_lease(redis_prefix: str) -> None:
+    """Leases are short so that a dead replica's slots come back soon; a live request keeps its slot for as
+    long as it runs (one renewal call per replica, every third of a lease)."""
+    store = RedisLimits(REDIS_URL, redis_prefix, lease_s=1.0)
+    other = RedisLimits(REDIS_URL, redis_prefix, lease_s=1.0)  # another replica
+    try:
+        assert await store.admit([], [Hold("c", 1, "long")]) == (0.0, -1, (True,))
+        await asyncio.sleep(2.5)  # two and a half leases
+        assert await other.admit([], [Hold("c", 1, "newcomer")]) == (0.0, -1, (False,))
+        assert await other.in_use("c") == 1
+        await store.finish([], [("c", "long")])
+        assert await other.admit([], [Hold("c", 1, "newcomer")]) == (0.0, -1, (True,))
+    finally:
+        await store.aclose()
+        await other.aclose()
+
+
+async def test_a_release_redis_could_not_get_is_sent_once_it_answers_and_frees_only_its_own_slot(
+    redis_prefix: str,
+) -> None:
+    from tests.fakes.tcp_proxy import TcpProxy
+
+    direct = aioredis.from_url(REDIS_URL)
+    zset = redis_prefix + "conc:c"
+    with TcpProxy(int(urlsplit(REDIS_URL).port or 6379)) as proxy:
+        store = RedisLimits(f"redis://127.0.0.1:{proxy.port}/0", redis_prefix, timeout_s=0.2, lease_s=60)
+        other = RedisLimits(REDIS_URL, redis_prefix, lease_s=60)  # another replica, still reaching Redis
+        try:
+            assert await store.admit([], [Hold("c", 2, "r1")]) == (0.0, -1, (True,))
+            proxy.cut()
+            await store.finish([], [("c", "r1")])  # cannot be sent now
+            await store.release("c", "r1")  # nor this second release of the same slot
+            assert await direct.zrange(zset, 0, -1) == [b"r1"]
+            proxy.restore()
+            assert await other.admit([], [Hold("c", 2, "r2")]) == (0.0, -1, (True,))
+            for _ in range(100):  # up to 5 s: the pending release is retried every second
+                if await direct.zrange(zset, 0, -1) == [b"r2"]:
+                    break
+                await asyncio.sleep(0.05)
+            assert await direct.zrange(zset, 0, -1) == [b"r2"]  # r1 released, r2 not
+            await store.release("c", "r1")  # once more, Redis reachable: still only r1's own entry
+            await store.admit([], [])  # (and one round trip through the batch)
+            assert await other.in_use("c") == 1
+        finally:
+            await store.aclose()
+            await other.aclose()
+            await direct.aclose()
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed"),
+        ConnectionResetError(104, "Connection reset by peer"),
+        AttributeError("'NoneType' object has no attribute 'readline'"),
+        EOFError(),
+    ],
+    ids=type,
+)
+async def test_every_client_error_follows_the_failure_policy(
+    fail_open: bool, error: Exception, redis_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the Redis client raises (uvloop's RuntimeError for a closed transport once reached a caller
+    as a 500) is an outage: admitted unlimited when failing open, LimitsUnavailable when failing closed."""
+    store = RedisLimits(REDIS_URL, redis_prefix, fail_open=fail_open)
+
+    async def broken(*_: object, **__: object) -> None:
+        raise error
+
+    monkeypatch.setattr(store, "_script", broken)
+    monkeypatch.setattr(store, "_acquire", broken)
+    monkeypatch.setattr(store.redis, "zrem", broken)
+    try:
+        if fail_open:
+            assert await store.admit(rate("k", 1, 1), [Hold("c", 1, "h")]) == (0.0, -1, (True,))
+            assert await store.try_acquire("c", 1, "h2")
+        else:
+            with pytest.raises(LimitsUnavailable):
+                await store.admit(rate("k", 1, 1), [Hold("c", 1, "h")])
+            with pytest.raises(LimitsUnavailable):
+                await store.try_acquire("c", 1, "h2")
+        await store.release("c", "h2")  # never raises
+        await store.finish(rate("k", 1, 1), [("c", "h")])
+    finally:
+        monkeypatch.undo()
+        await store.aclose()
+
+
+async def test_an_admission_cancelled_before_or_during_its_call_leaves_no_slot_taken(redis_prefix: str) -> None:
+    store = RedisLimits(REDIS_URL, redis_prefix)
+    try:
+        for turns in range(6):  # cancelled while queued, while its batch is in flight, or after
+            task = asyncio.create_task(store.admit([], [Hold("c", 1, f"r{turns}")]))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            else:
+                await store.finish([], [("c", f"r{turns}")])  # it finished first: its caller gives it back
+            await store.finish([], [("other", "x")])  # queued after the give-back: resolved once it is applied
+            assert await store.in_use("c") == 0
+    finally:
+        await store.aclose()

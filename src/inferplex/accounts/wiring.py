@@ -28,7 +28,11 @@ def limit_store(config: Config) -> LimitStore:
     s = config.storage
     if s.redis_url:
         return RedisLimits(
-            s.redis_url, s.redis_prefix, fail_open=s.redis_failure == "open", timeout_s=s.redis_timeout_s
+            s.redis_url,
+            s.redis_prefix,
+            fail_open=s.redis_failure == "open",
+            timeout_s=s.redis_timeout_s,
+            lease_s=s.redis_lease_s,
         )
     return MemoryLimits()
 

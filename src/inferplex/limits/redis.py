@@ -1,10 +1,14 @@
 """The shared limit store: every decision is one Lua script, so it is atomic across replicas.
 
 Time comes from the Redis server (`TIME`), not from each replica's clock. Concurrency holders live in a
-sorted set scored by lease expiry, so a crashed replica's slots come back when their leases run out.
+sorted set scored by lease expiry, so a crashed replica's slots come back when their leases run out; the
+leases are short and renewed while their requests run, and a release Redis could not be sent is sent once it
+answers again (leases.py).
 
 A Redis outage never hangs a request: socket timeouts are short, and each call then follows the configured
-policy: `open` admits (limits are not enforced while Redis is down), `closed` refuses with a 503.
+policy: `open` admits (limits are not enforced while Redis is down), `closed` refuses with a 503. Whatever
+the client raises counts as an outage (redis-py's errors, OSError, TimeoutError, and the RuntimeError of a
+transport closed under it, as uvloop raises): a limit store that cannot answer must never become a 500.
 """
 
 from __future__ import annotations
@@ -16,10 +20,10 @@ from functools import partial
 from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from inferplex.batching import Batcher
 from inferplex.limits import ROUNDING_S, Hold, LimitsUnavailable, Rate
+from inferplex.limits.leases import Leases, Slot
 from inferplex.redis_script import DedicatedScript
 
 log = logging.getLogger("inferplex.limits")
@@ -172,6 +176,32 @@ return table.concat(out, ',')
 """
 )
 
+# The lease keeper's one call (leases.py): KEYS: holders zsets; ARGV: lease_s, r, then the holder in each key.
+# The first r slots have their lease extended, if Redis still has them (a slot already released or expired is
+# not brought back), and their zset's lifetime with it; the others are released. Returns how many of the r
+# were gone.
+_KEEP = (
+    _NOW
+    + """
+local lease = tonumber(ARGV[1])
+local r = tonumber(ARGV[2])
+local ms = math.ceil(lease * 1000)
+local gone = 0
+for i = 1, #KEYS do
+  local key, holder = KEYS[i], ARGV[i + 2]
+  if i > r then
+    redis.call('ZREM', key, holder)
+  elseif redis.call('ZSCORE', key, holder) then
+    redis.call('ZADD', key, now + lease, holder)
+    if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+  else
+    gone = gone + 1
+  end
+end
+return gone
+"""
+)
+
 _COUNT = (
     _NOW
     + """
@@ -181,10 +211,16 @@ return redis.call('ZCARD', KEYS[1])
 )
 
 
-def _finished(done: asyncio.Future[None], _: bytes | None, error: BaseException | None) -> None:
-    """A finish is given back on a best-effort basis when Redis is down (slots expire with their lease)."""
-    if error is not None and not isinstance(error, asyncio.CancelledError):
-        log.warning("redis limit store unavailable during finish: %s", error)
+def _finished(
+    leases: Leases, releases: Sequence[Slot], done: asyncio.Future[None], _: bytes | None, error: BaseException | None
+) -> None:
+    """A finish that Redis did not take (down, or shutdown cancelled its batch) keeps its slot releases to
+    send later; the output tokens it would have charged are forgotten (a limit fails open, money does not)."""
+    if error is not None:
+        if not isinstance(error, asyncio.CancelledError):
+            log.warning("redis limit store unavailable during finish: %s: %s", type(error).__name__, error)
+        if releases:
+            leases.release_later(releases)
     if not done.done():
         done.set_result(None)
 
@@ -195,7 +231,6 @@ class _Op(NamedTuple):
 
     keys: list[str]
     fields: str
-    holds: Sequence[Hold] = ()
 
 
 class RedisLimits:
@@ -206,7 +241,7 @@ class RedisLimits:
         *,
         fail_open: bool = True,
         timeout_s: float = 0.25,
-        lease_s: float = 900.0,
+        lease_s: float = 30.0,
     ) -> None:
         self.prefix = prefix
         self.fail_open = fail_open
@@ -216,39 +251,59 @@ class RedisLimits:
         )
         self._acquire = self.redis.register_script(_ACQUIRE)
         self._count = self.redis.register_script(_COUNT)
+        self._keep = self.redis.register_script(_KEEP)
         self._script = DedicatedScript(self.redis, _BATCH)
         # Every request's admit and finish go through here: concurrent ones share one script call.
-        self._batch: Batcher[_Op, bytes] = Batcher(self._run, orphaned=self._orphaned)
+        self._batch: Batcher[_Op, bytes] = Batcher(self._run)
+        self.leases = Leases(self._renew, lease_s)
 
-    def _failed(self, what: str, exc: BaseException) -> None:
-        log.warning("redis limit store unavailable during %s: %s", what, exc)
+    def _failed(self, what: str, exc: Exception) -> None:
+        log.warning("redis limit store unavailable during %s: %s: %s", what, type(exc).__name__, exc)
         if not self.fail_open:
-            raise LimitsUnavailable(str(exc)) from exc
+            raise LimitsUnavailable(str(exc) or type(exc).__name__) from exc
 
     async def try_acquire(self, key: str, limit: int, holder: str) -> bool:
+        slot = [(key, holder)]
         try:
-            return bool(await self._acquire(keys=[self.prefix + "conc:" + key], args=[limit, holder, self.lease_s]))
-        except (RedisError, OSError, TimeoutError) as exc:
+            taken = bool(await self._acquire(keys=[self.prefix + "conc:" + key], args=[limit, holder, self.lease_s]))
+        except asyncio.CancelledError:
+            self.leases.release_later(slot)  # it may have been taken, and nobody will give it back
+            raise
+        except Exception as exc:  # any failure of the client is an outage (module docstring)
+            # The call may have taken the slot before its reply was lost: renewed while the request runs if
+            # failing open (it is then released with the request), else given back once Redis answers.
+            (self.leases.took if self.fail_open else self.leases.release_later)(slot)
             self._failed("acquire", exc)
             return True
+        if taken:
+            self.leases.took(slot)
+        return taken
 
     async def release(self, key: str, holder: str) -> None:
+        slot = [(key, holder)]
+        self.leases.giving_back(slot)
         try:
             await self.redis.zrem(self.prefix + "conc:" + key, holder)
-        except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("redis limit store unavailable during release: %s", exc)
+        except BaseException as exc:  # cancelled or failed: it is sent later, never lost
+            self.leases.release_later(slot)
+            if not isinstance(exc, Exception):
+                raise
+            log.warning("redis limit store unavailable during release: %s: %s", type(exc).__name__, exc)
 
     async def _run(self, ops: list[_Op]) -> list[bytes]:
         keys = [k for op in ops for k in op.keys]
         replies: bytes = await self._script(keys=keys, args=[self.lease_s, *(op.fields for op in ops)])
+        self.leases.answered()
         return replies.split(b",")
 
-    def _orphaned(self, op: _Op, reply: bytes) -> None:
-        """An admission whose caller was cancelled while it was in flight: give back the slots it took."""
-        taken = reply.split()[2:]
-        releases = [(h.key, h.holder) for h, ok in zip(op.holds, taken, strict=False) if ok == b"1"]
-        if releases:
-            self.finish((), releases)  # queued at once; a failure is logged by `_finished`
+    async def _renew(self, renew: Sequence[Slot], release: Sequence[Slot]) -> None:
+        """The lease keeper's call (leases.py): extend `renew`, release `release`, in one script call."""
+        p = self.prefix
+        keys = [p + "conc:" + key for key, _ in renew] + [p + "conc:" + key for key, _ in release]
+        holders = [holder for _, holder in renew] + [holder for _, holder in release]
+        gone = await self._keep(keys=keys, args=[self.lease_s, len(renew), *holders])
+        if gone:  # taken while Redis could not be reached (failing open), or expired during an outage
+            log.info("%d concurrency slots held here were not in Redis: not renewed", gone)
 
     def _op(self, kind: str, rates: Sequence[Rate], slots: list[str], slot_fields: list[Any]) -> tuple[list[str], str]:
         p = self.prefix
@@ -266,23 +321,35 @@ class RedisLimits:
             return 0.0, -1, ()
         keys, fields = self._op("A", rates, [h.key for h in holds], [x for h in holds for x in (h.limit, h.holder)])
         try:
-            out = (await self._batch.enqueue(_Op(keys, fields, holds))).split()
-        except (RedisError, OSError, TimeoutError) as exc:
+            out = (await self._batch.enqueue(_Op(keys, fields))).split()
+        except asyncio.CancelledError:
+            # Applied anyway if it was in flight: give back whatever it took, after it (same queue).
+            if holds:
+                self.finish((), [(h.key, h.holder) for h in holds])
+            raise
+        except Exception as exc:  # any failure of the client is an outage (module docstring)
+            if holds:  # the script may have run and taken them before its reply was lost (as try_acquire)
+                slots = [(h.key, h.holder) for h in holds]
+                (self.leases.took if self.fail_open else self.leases.release_later)(slots)
             self._failed("admit", exc)
             return 0.0, -1, tuple(True for _ in holds)  # failing open: nothing is enforced
         wait = float(out[0])
         if wait > 0:
             return wait, int(out[1]), tuple(False for _ in holds)
-        return 0.0, -1, tuple(x == b"1" for x in out[2:])
+        taken = tuple(x == b"1" for x in out[2:])
+        if True in taken:
+            self.leases.took([(h.key, h.holder) for h, ok in zip(holds, taken, strict=True) if ok])
+        return 0.0, -1, taken
 
-    def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> asyncio.Future[None]:
+    def finish(self, charges: Sequence[Rate], releases: Sequence[Slot]) -> asyncio.Future[None]:
         charges = [r for r in charges if r.amount > 0]
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not charges and not releases:
             done.set_result(None)
             return done
+        self.leases.giving_back(releases)
         keys, fields = self._op("F", charges, [k for k, _ in releases], [holder for _, holder in releases])
-        self._batch.post(_Op(keys, fields), partial(_finished, done))
+        self._batch.post(_Op(keys, fields), partial(_finished, self.leases, releases, done))
         return done
 
     async def in_use(self, key: str) -> int:
@@ -290,5 +357,6 @@ class RedisLimits:
 
     async def aclose(self) -> None:
         await self._batch.aclose()
+        await self.leases.aclose()
         await self._script.aclose()
         await self.redis.aclose()
