@@ -257,15 +257,24 @@ class RedisCooldowns:
         await keep_listening(self._listen_once, self._lost, what=what, max_delay_s=self._check_s)
 
     async def _listen_once(self, up: Callable[[], None]) -> None:
-        """Hear of every opening; health-checked every `check_s`."""
+        """Hear of every opening; health-checked every `check_s`: after `check_s` of silence a ping is sent,
+        and if nothing at all (its pong included) arrives within another `check_s`, the connection is taken
+        for lost. Sending a ping does not find a silent partition out (the write succeeds), nor does
+        redis-py's read with a timeout (it answers None): only a missing answer does."""
         pubsub = self._redis.pubsub()
+        pinged = False
         try:
             await pubsub.subscribe(self._channel)
             while True:
                 message = await pubsub.get_message(timeout=self._check_s)
                 if message is None:
+                    if pinged:
+                        raise ConnectionError(f"no answer from Redis to a ping within {self._check_s:g}s")
                     await pubsub.ping()
-                elif message["type"] == "subscribe":  # first, and after any reconnect: start afresh
+                    pinged = True
+                    continue
+                pinged = False  # anything heard proves the connection
+                if message["type"] == "subscribe":  # first, and after any reconnect: start afresh
                     self._opened()
                     self._live = True
                     up()
