@@ -77,6 +77,12 @@ def test_body_not_an_object(gateway: GatewayServer) -> None:
         ({"model": "echo-model", "messages": MSG, "response_format": {"type": "json_schema"}}, "response_format"),
         ({"model": "echo-model", "messages": MSG, "stop": 5}, "stop"),
         ({"model": "echo-model", "messages": MSG, "stream": "yes"}, "stream"),
+        # OpenAI's API refuses a boolean where it wants a number ("expected a decimal, but got a boolean")
+        ({"model": "echo-model", "messages": MSG, "temperature": True}, "temperature"),
+        ({"model": "echo-model", "messages": MSG, "top_p": True}, "top_p"),
+        ({"model": "echo-model", "messages": MSG, "max_tokens": True}, "max_tokens"),
+        ({"model": "echo-model", "messages": MSG, "n": True}, "n"),
+        ({"model": "echo-model", "messages": MSG, "seed": False}, "seed"),
     ],
 )
 def test_invalid_fields_name_the_param(gateway: GatewayServer, body: dict[str, object], param: str) -> None:

@@ -251,6 +251,36 @@ def test_errors_in_anthropic_shape(client: anthropic.Anthropic, native_gateway: 
     assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_tokens", True),
+        ("temperature", True),
+        ("top_p", True),
+        ("top_k", True),
+        ("top_k", "5"),
+        ("stream", "true"),
+        ("stream", 1),
+    ],
+)
+@pytest.mark.parametrize("model", ["gpt-echo", "claude-echo"])
+def test_wrong_json_types_are_refused_as_anthropic_refuses_them(
+    native_gateway: GatewayServer, model: str, field: str, value: Any
+) -> None:
+    """Anthropic's API refuses `true` for a number (and a number for a boolean); so does the gateway,
+    instead of reading true as 1."""
+    body = {"model": model, "max_tokens": 5, "messages": [{"role": "user", "content": "x"}], field: value}
+    resp = httpx.post(native_gateway.url + "/v1/messages", headers={"x-api-key": native_gateway.master_key}, json=body)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["type"] == "invalid_request_error" and field in resp.json()["error"]["message"]
+    assert client_still_accepts_a_whole_number_temperature(native_gateway, model)
+
+
+def client_still_accepts_a_whole_number_temperature(gw: GatewayServer, model: str) -> bool:
+    body = {"model": model, "max_tokens": 5, "temperature": 1, "messages": [{"role": "user", "content": "x"}]}
+    return httpx.post(gw.url + "/v1/messages", headers={"x-api-key": gw.master_key}, json=body).status_code == 200
+
+
 def test_error_after_the_first_byte_is_an_error_event(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.APIStatusError) as err:  # the SDK raises on `event: error`
         with client.messages.stream(

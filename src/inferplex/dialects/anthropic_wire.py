@@ -15,7 +15,8 @@ from inferplex.canonical import MAX_COUNT
 
 
 class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # Strict, as Anthropic's API is: `true` is not a number there (nor 1 a boolean), so not here either.
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 class Base64Source(_Open):
