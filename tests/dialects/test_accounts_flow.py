@@ -121,3 +121,68 @@ def test_inferexchange_is_billed_per_token_like_the_openai_route(
     for name in ("model", "prompt_tokens", "completion_tokens", "cost_micros"):
         assert inferexchange[name] == openai_route[name], name
     assert inferexchange["cost_micros"] > 0
+
+
+def test_unify_log_flags_omitted_follow_the_operator(seed_gateway: GatewayServer, admin: httpx.Client) -> None:
+    """This gateway's operator keeps no bodies (accounts.log_query_body / log_response_body default false):
+    a Unify caller who sends neither flag gets no bodies stored; one who asks for them does."""
+    assert not seed_gateway.config.accounts.log_query_body and not seed_gateway.config.accounts.log_response_body
+    key = new_key(admin, 10_000_000)
+    url = seed_gateway.url + "/v0/chat/completions"
+    body: dict[str, Any] = {"model": "gpt-4o-mini@openai", "messages": USER, "tags": ["omitted"]}
+    for stream in (False, True):
+        resp = httpx.post(url, json={**body, "stream": stream}, headers=bearer(key["key"]), timeout=10)
+        assert resp.status_code == 200, resp.text
+    asked = {**body, "tags": ["asked"], "log_query_body": True, "log_response_body": True}
+    assert httpx.post(url, json=asked, headers=bearer(key["key"]), timeout=10).status_code == 200
+    rows = usage_rows(admin, key["id"], 3)
+    omitted = [r for r in rows if "omitted" in r["tags"]]
+    assert len(omitted) == 2
+    assert all(r["request_body"] is None and r["response_body"] is None for r in omitted), omitted
+    (kept,) = [r for r in rows if "asked" in r["tags"]]
+    assert kept["request_body"] is not None and kept["response_body"] is not None
+    assert kept["tags"].count("asked") == 1  # a request's tags are recorded once
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/api/v1/chat/completions", "/v0/chat/completions"])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tags", 5),
+        ("tags", [1, 2]),
+        ("tags", {"team": "a"}),
+        ("log_query_body", "no"),
+        ("log_response_body", 1),
+        ("drop_params", "false"),
+    ],
+)
+def test_gateway_options_of_the_wrong_type_are_refused(
+    seed_gateway: GatewayServer, admin: httpx.Client, path: str, field: str, value: Any
+) -> None:
+    """They used to be skipped without a word (a body logged though the caller said "no"); now a 400 naming
+    the field, before anything is reserved or logged."""
+    key = new_key(admin, 10_000_000)
+    model = "gpt-4o-mini@openai" if path.startswith("/v0") else "gpt-4o-mini"
+    body = {"model": model, "messages": USER, field: value}
+    resp = httpx.post(seed_gateway.url + path, json=body, headers=bearer(key["key"]), timeout=10)
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["param"] == field
+    assert admin.get("/admin/usage", params={"key_id": key["id"]}).json()["data"] == []
+
+
+def test_gateway_options_are_checked_on_embeddings_and_oneinfer(seed_gateway: GatewayServer) -> None:
+    embed = {"model": "embed-model", "input": "hi", "log_query_body": "yes"}
+    resp = httpx.post(seed_gateway.url + "/v1/embeddings", json=embed, headers=seed_gateway.auth, timeout=10)
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "log_query_body", resp.text
+    chat = {"provider": "openai", "model": "gpt-4o-mini", "messages": USER, "tags": 7}
+    resp = httpx.post(seed_gateway.url + "/v1/ula/chat/completions", json=chat, headers=seed_gateway.auth, timeout=10)
+    assert resp.status_code == 422 and resp.json()["error"]["param"] == "tags", resp.text
+
+
+def test_tags_as_a_string_on_v1_reach_the_usage_log(seed_gateway: GatewayServer, admin: httpx.Client) -> None:
+    key = new_key(admin, 10_000_000)
+    body = {"model": "gpt-4o-mini", "messages": USER, "tags": "v1-a, v1-b"}
+    resp = httpx.post(seed_gateway.url + "/v1/chat/completions", json=body, headers=bearer(key["key"]), timeout=10)
+    assert resp.status_code == 200, resp.text
+    (row,) = usage_rows(admin, key["id"], 1)
+    assert row["tags"].count("v1-a") == 1 and row["tags"].count("v1-b") == 1

@@ -13,7 +13,8 @@ import pytest
 from pydantic import SecretStr
 
 from inferplex.config import ProviderConfig
-from inferplex.dialects.unify import platform_options, split_endpoint, tags
+from inferplex.dialects.openai import tags
+from inferplex.dialects.unify import platform_options, split_endpoint
 from inferplex.errors import InvalidRequest
 from inferplex.providers.base import CallerKey, CallInfo
 from inferplex.providers.openai_compat import OpenAICompatible
@@ -298,13 +299,11 @@ def test_tags_table(value: Any, expected: list[str]) -> None:
 
 
 def test_platform_options_defaults_and_values() -> None:
-    assert platform_options({}) == {"tags": [], "signature": None, "log_query_body": True, "log_response_body": True}
-    assert platform_options(PLATFORM) == {
-        "tags": ["team-a", "nightly"],
-        "signature": "python",
-        "log_query_body": False,
-        "log_response_body": True,
-    }
+    # The log flags are options only when sent: omitted, the operator's settings decide (docs/dialects.md).
+    assert platform_options({}) == {"signature": None}
+    raw = dict(PLATFORM, tags="team-a, nightly")
+    assert platform_options(raw) == {"signature": "python", "log_query_body": False, "log_response_body": True}
+    assert raw["tags"] == ["team-a", "nightly"]  # normalised in place, for the usage log
     with pytest.raises(InvalidRequest):
         platform_options({"log_query_body": "no"})
 

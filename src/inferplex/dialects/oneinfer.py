@@ -38,6 +38,7 @@ from inferplex.canonical import ChatRequest, parse
 from inferplex.catalog import Catalog
 from inferplex.config import ModelConfig
 from inferplex.dialects.forms import FieldKind, read_form
+from inferplex.dialects.openai import gateway_options
 from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InternalError, InvalidRequest, UnsupportedMediaType
 from inferplex.json_limits import JsonLimits
@@ -154,6 +155,11 @@ def to_canonical(body: Any, catalog: Catalog) -> dict[str, Any]:
         raise NotYetSupported(
             "Text-to-speech (a request with 'input' instead of 'messages') is not yet supported by this gateway."
         )
+    try:
+        gateway_options(body)  # the gateway's own options (tags, log flags), as on the OpenAI routes
+    except InvalidRequest as err:
+        err.status, err.code = 422, "schema_validation_error"  # a wrong JSON type, in OneInfer's table
+        raise
     provider = _optional_str(body, "provider") or DEFAULT_PROVIDER
     if not catalog.has_provider(provider):
         raise InvalidRequest(

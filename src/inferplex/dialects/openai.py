@@ -20,7 +20,7 @@ from inferplex.accounts.guard import cost_field
 from inferplex.canonical import ChatRequest, EmbeddingRequest, parse
 from inferplex.config import ModelConfig
 from inferplex.edge import endpoint, json_response, read_json
-from inferplex.errors import GatewayError, InternalError, NotFound
+from inferplex.errors import GatewayError, InternalError, InvalidRequest, NotFound
 from inferplex.pipeline import ChatStream, Context
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
@@ -90,9 +90,44 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
     yield DONE
 
 
+def tags(value: Any) -> list[str]:
+    """`tags`: a comma-separated string (as Unify documents it) or a list of strings; blanks are dropped."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise InvalidRequest(
+            "Invalid value for 'tags': expected a comma-separated string or a list of strings.", param="tags"
+        )
+    return [t.strip() for t in value if t.strip()]
+
+
+_FLAGS = ("log_query_body", "log_response_body", "drop_params")
+
+
+def gateway_options(raw: Any) -> None:
+    """Check the gateway's own request options on the OpenAI-shaped routes, before anything is reserved.
+
+    The usage log (accounts/guard.py) and the capability planner read them from the request itself, and
+    used to skip a value of the wrong type, so `"log_query_body": "no"` stored the body and `"tags": 5`
+    was lost without a word. A wrong type is now a 400 naming the field; `tags` is normalised in place to
+    the list of strings the usage log reads. When a flag is omitted, the operator's setting decides."""
+    if type(raw) is not dict:
+        return  # not an object: parsing refuses it
+    value = raw.get("tags")
+    if value is not None:
+        raw["tags"] = tags(value)
+    for name in _FLAGS:
+        flag = raw.get(name)
+        if flag is not None and flag.__class__ is not bool:
+            raise InvalidRequest(f"Invalid value for '{name}': expected a boolean.", param=name)
+
+
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     raw = await read_json(request, services.max_body_bytes, services.json_limits)
+    gateway_options(raw)
     chat: ChatRequest = parse(ChatRequest, raw)
     return await answer_chat(services, chat, raw, ctx)
 
@@ -111,6 +146,7 @@ async def answer_chat(services: Services, chat: ChatRequest, raw: dict[str, Any]
 async def embeddings(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     raw = await read_json(request, services.max_body_bytes, services.json_limits)
+    gateway_options(raw)
     req: EmbeddingRequest = parse(EmbeddingRequest, raw)
     response = await services.pipeline.embed(req, raw, ctx)
     timings = response["timings"] = ctx.timings.as_dict()

@@ -8,8 +8,9 @@ dialect's own handler and renderers (`openai.answer_chat`, `openai.render_error`
   or `provider_not_found`), since Unify defers to OpenAI's reference for everything it does not define.
 - Platform arguments steer the gateway and are never forwarded upstream (`GATEWAY_FIELDS`):
   `drop_params` and `region` stay on the canonical request for the capability planner and the router;
-  `tags` (a list of strings), `signature`, and `log_query_body` / `log_response_body` (default true), go on
-  `ctx.options` for the usage log;
+  `tags` (a comma-separated string or a list of strings, made a list in place) and `log_query_body` /
+  `log_response_body` are read from it by the usage log (checked by `openai.gateway_options`, as on /v1;
+  omitted, the operator's settings decide); `signature` goes on `ctx.options`;
   `use_custom_keys: true` sends the caller's own provider key, read from the `x-provider-api-key` header,
   to that provider for this request only (`CallInfo.caller_key`): it is never stored or logged.
   A platform argument of the wrong type is a 400 naming it.
@@ -27,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest, parse
-from inferplex.dialects.openai import answer_chat, endpoint_rows, render_error
+from inferplex.dialects.openai import answer_chat, endpoint_rows, gateway_options, render_error
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest
 from inferplex.pipeline import Context
@@ -64,31 +65,21 @@ def _flag(raw: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
-def tags(value: Any) -> list[str]:
-    """Unify's `tags`: a comma-separated string or a list of strings; blanks are dropped."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = value.split(",")
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise InvalidRequest(
-            "Invalid value for 'tags': expected a comma-separated string or a list of strings.", param="tags"
-        )
-    return [t.strip() for t in value if t.strip()]
-
-
 def platform_options(raw: dict[str, Any]) -> dict[str, Any]:
-    """The platform arguments the usage log and the stages after it read from `ctx.options`.
+    """The platform arguments the stages after parsing read from `ctx.options`, after `gateway_options`
+    has checked the ones every OpenAI-shaped route shares (`tags`, the log flags, `drop_params`).
 
-    The two log flags default to true, as Unify documents them, so a Unify client keeps the logging it had;
-    a caller who does not want its bodies stored sends false."""
+    The two log flags are put on the options only when sent: omitted, the operator's
+    `accounts.log_query_body` / `log_response_body` decide (docs/dialects.md), not Unify's default of
+    true, so the bodies of a caller who said nothing are kept only where the operator keeps bodies."""
+    gateway_options(raw)
     signature = raw.get("signature")
     if signature is not None and not isinstance(signature, str):
         raise InvalidRequest("Invalid value for 'signature': expected a string.", param="signature")
-    _flag(raw, "drop_params", True)  # read by the capability planner; checked here so it fails in our words
-    options: dict[str, Any] = {"tags": tags(raw.get("tags")), "signature": signature}
+    options: dict[str, Any] = {"signature": signature}
     for name in ("log_query_body", "log_response_body"):
-        options[name] = _flag(raw, name, True)
+        if raw.get(name) is not None:
+            options[name] = raw[name]
     return options
 
 
