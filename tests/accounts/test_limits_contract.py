@@ -383,3 +383,19 @@ async def test_an_admission_cancelled_before_or_during_its_call_leaves_no_slot_t
             assert await store.in_use("c") == 0
     finally:
         await store.aclose()
+
+
+async def test_a_slot_never_given_back_is_renewed_no_longer_than_a_request_may_run(redis_prefix: str) -> None:
+    """Renewal must not turn a slot that some path forgot to give back into one taken for ever."""
+    store = RedisLimits(REDIS_URL, redis_prefix, lease_s=0.6, max_hold_s=0.5)
+    try:
+        assert await store.admit([], [Hold("c", 1, "forgotten")]) == (0.0, -1, (True,))
+        await asyncio.sleep(0.4)
+        assert await store.in_use("c") == 1  # renewed within its bound
+        for _ in range(60):  # up to 3 s; it goes within about max_hold_s + a lease
+            if await store.in_use("c") == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await store.in_use("c") == 0
+    finally:
+        await store.aclose()

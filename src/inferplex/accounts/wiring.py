@@ -27,12 +27,15 @@ def database_url(config: Config) -> str:
 def limit_store(config: Config) -> LimitStore:
     s = config.storage
     if s.redis_url:
+        # A slot is renewed no longer than a request may hold one: its deadline (which caps every request).
+        longest_s = max((m.routing.max_deadline for m in config.models), default=3600.0)
         return RedisLimits(
             s.redis_url,
             s.redis_prefix,
             fail_open=s.redis_failure == "open",
             timeout_s=s.redis_timeout_s,
             lease_s=s.redis_lease_s,
+            max_hold_s=longest_s,
         )
     return MemoryLimits()
 

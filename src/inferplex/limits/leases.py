@@ -13,6 +13,10 @@ that was never taken (an admission whose reply was lost), removes nothing but th
 it never frees another request's slot. A pending release is dropped once a whole lease has passed since it
 was pended: that slot's lease, no longer renewed, has expired by then and Redis has freed it already, so the
 pending set stays bounded by what one lease's worth of traffic can leave behind.
+
+Renewal stops for a slot held longer than any request may run (`max_hold_s`: the longest deadline plus the
+longest queue wait): a slot that was never given back (a bug, a path that forgot it) then expires within a
+lease, as it would have without renewal, instead of being kept alive for as long as the replica runs.
 """
 
 from __future__ import annotations
@@ -34,12 +38,16 @@ _MAX_CALL = 1000  # slots per script call, so one call never holds Redis for lon
 
 
 class Leases:
-    def __init__(self, send: Send, lease_s: float, *, retry_s: float = 1.0) -> None:
+    def __init__(self, send: Send, lease_s: float, *, max_hold_s: float | None = None, retry_s: float = 1.0) -> None:
         self._send = send
         self.lease_s = lease_s
         self.renew_s = lease_s / 3  # two renewals may fail before a running request's lease runs out
         self.retry_s = min(retry_s, self.renew_s)
-        self.held: set[Slot] = set()
+        self.max_hold_s = max_hold_s
+        # slot -> when it was taken, at most one keeper round early (`_now`, set by the keeper each round:
+        # reading the clock per request would cost more than the rest of `took`)
+        self.held: dict[Slot, float] = {}
+        self._now = time.monotonic()
         self.pending: dict[Slot, float] = {}  # slot -> when its release was pended (monotonic)
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -47,20 +55,24 @@ class Leases:
 
     def took(self, slots: Sequence[Slot]) -> None:
         """These slots are (or may be) held in Redis by requests still running here: renew them."""
-        self.held.update(slots)
         if self._task is None:
-            self._start()
+            self._start()  # (first, so that `_now` is current)
+        now = self._now
+        for slot in slots:
+            self.held[slot] = now
 
     def giving_back(self, slots: Sequence[Slot]) -> None:
         """Their release is on its way: no longer renewed (renewing never re-creates a removed slot)."""
-        self.held.difference_update(slots)
+        held = self.held
+        for slot in slots:
+            held.pop(slot, None)
 
     def release_later(self, slots: Sequence[Slot]) -> None:
         """Their release could not be sent (or they may have been taken by a call whose reply was lost):
         send it once Redis answers."""
         now = time.monotonic()
-        self.held.difference_update(slots)
         for slot in slots:
+            self.held.pop(slot, None)
             self.pending[slot] = now
         if self._task is None:
             self._start()
@@ -73,6 +85,7 @@ class Leases:
             self._wake.set()
 
     def _start(self) -> None:
+        self._now = time.monotonic()
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._keep(), name="limits-leases")
 
@@ -83,13 +96,20 @@ class Leases:
                 async with asyncio.timeout(self.retry_s if self.pending else self.renew_s):
                     await self._wake.wait()
             self._wake.clear()
+            self._now = time.monotonic()
             await self.once()
 
     async def once(self) -> bool:
         """One round: renew every slot held, send every pending release. True if Redis took all of it."""
-        expired = time.monotonic() - self.lease_s
-        for slot in [s for s, at in self.pending.items() if at < expired]:
+        now = time.monotonic()
+        for slot in [s for s, at in self.pending.items() if at < now - self.lease_s]:
             del self.pending[slot]  # its lease has run out in Redis already
+        if self.max_hold_s is not None:
+            stale = [s for s, at in self.held.items() if at < now - self.max_hold_s - self.renew_s]
+            if stale:
+                log.warning("%d concurrency slots held longer than any request runs: left to expire", len(stale))
+                for slot in stale:
+                    del self.held[slot]
         sending = list(self.pending)
         renewing = list(self.held)
         try:

@@ -242,6 +242,7 @@ class RedisLimits:
         fail_open: bool = True,
         timeout_s: float = 0.25,
         lease_s: float = 30.0,
+        max_hold_s: float | None = None,
     ) -> None:
         self.prefix = prefix
         self.fail_open = fail_open
@@ -255,7 +256,7 @@ class RedisLimits:
         self._script = DedicatedScript(self.redis, _BATCH)
         # Every request's admit and finish go through here: concurrent ones share one script call.
         self._batch: Batcher[_Op, bytes] = Batcher(self._run)
-        self.leases = Leases(self._renew, lease_s)
+        self.leases = Leases(self._renew, lease_s, max_hold_s=max_hold_s)
 
     def _failed(self, what: str, exc: Exception) -> None:
         log.warning("redis limit store unavailable during %s: %s: %s", what, type(exc).__name__, exc)
