@@ -21,11 +21,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from inferplex.accounts.delivered import counted_prompt_tokens
+from inferplex.accounts.pricing import estimate_output_tokens
 from inferplex.auth import MASTER, Principal
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
-from inferplex.errors import UpstreamError
+from inferplex.errors import GatewayError, UpstreamError
 from inferplex.providers.base import Adapter, CallInfo, Chunk, Target
 from inferplex.routing.options import route_options
 from inferplex.timings import Timings
@@ -73,6 +75,11 @@ class Context:
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     output_chars: int = 0
+    # A stream that ends without the provider's usage (cut, or failed mid-way) is billed on the prompt as the
+    # gateway counts it (accounts/delivered.py), set here by the stream, not on the reservation's estimate.
+    prompt_tokens_counted: int | None = None
+    # The error a stream's caller received after its first byte (the upstream failed mid-way); None if none.
+    failure: GatewayError | None = None
     cost_micros: int | None = None
     extra_headers: dict[str, str] = field(default_factory=dict)
     # The usage log's response body: the buffered answer, or the chunks of a streamed one. `streamed` is
@@ -186,12 +193,24 @@ class ChatStream:
     Closing it (or the caller leaving) closes the adapter's generator, which cancels the upstream request,
     and then settles the admission with whatever usage was seen, so a cut stream is billed for what was
     produced and no more. Stream processors wrap the observed chunks with `wrap`.
+
+    An upstream that fails mid-way settles at once, before the error reaches the dialect: the caller is
+    billed for what it received (nothing if no output came), and the error it gets says what that cost
+    (`failure_message`), as the usage row does (docs/accounts.md, "Streams that fail mid-way").
     """
 
-    def __init__(self, first: Chunk, rest: AsyncIterator[Chunk], ctx: Context, admission: Admission) -> None:
+    def __init__(
+        self,
+        first: Chunk,
+        rest: AsyncIterator[Chunk],
+        ctx: Context,
+        admission: Admission,
+        request: ChatRequest | None = None,
+    ) -> None:
         self._first = first
         self._rest = rest
         self._admission: Admission | None = admission
+        self._request = request
         self.ctx = ctx
         self._out: AsyncIterator[Chunk] = self._pull()
 
@@ -205,9 +224,13 @@ class ChatStream:
         return await self._out.__anext__()
 
     async def _pull(self) -> AsyncIterator[Chunk]:
-        yield self._observe(self._first)
-        async for chunk in self._rest:
-            yield self._observe(chunk)
+        try:
+            yield self._observe(self._first)
+            async for chunk in self._rest:
+                yield self._observe(chunk)
+        except GatewayError as err:
+            await self._failed(err)
+            raise
         self.ctx.timings.mark_upstream_end()
 
     def _observe(self, chunk: Chunk) -> Chunk:
@@ -226,6 +249,25 @@ class ChatStream:
                 self.ctx.finish_reason = choice["finish_reason"]
         return chunk
 
+    async def _failed(self, err: GatewayError) -> None:
+        """The upstream failed after the first byte: settle now, for what the caller received."""
+        ctx = self.ctx
+        ctx.failure = err
+        await self._settle(failed=not ctx.output_chars)
+        if ctx.principal.account_id is not None:  # billed to an account: the error says what it cost
+            err.message = failure_message(ctx)
+
+    async def _settle(self, *, failed: bool) -> None:
+        admission, self._admission = self._admission, None
+        if admission is None:
+            return
+        ctx = self.ctx
+        if not ctx.timings.upstream_end:
+            ctx.timings.mark_upstream_end()
+        if ctx.usage is None and self._request is not None:
+            ctx.prompt_tokens_counted = counted_prompt_tokens(self._request)
+        await admission.settle(ctx, ctx.usage, failed=failed)
+
     async def aclose(self) -> None:
         try:
             for it in (self._out, self._rest):
@@ -233,11 +275,36 @@ class ChatStream:
                 if aclose is not None:
                     await aclose()
         finally:
-            admission, self._admission = self._admission, None
-            if admission is not None:
-                if not self.ctx.timings.upstream_end:
-                    self.ctx.timings.mark_upstream_end()
-                await admission.settle(self.ctx, self.ctx.usage, failed=False)
+            await self._settle(failed=False)
+
+
+def failure_message(ctx: Context) -> str:
+    """The message of the error a stream that failed mid-way ended with, and what it was charged for it.
+
+    Built from the settled context (cost, the provider's usage or the gateway's counts), so the caller's
+    error and the usage row (accounts/guard.py) say the same. A caller without an account is charged nothing
+    and gets the provider's message as it was."""
+    err = ctx.failure
+    assert err is not None
+    if ctx.principal.account_id is None:
+        return err.message
+    if not ctx.output_chars:
+        return f"{err.message} Nothing was delivered: charged 0 micro-USD."
+    if ctx.usage:
+        prompt, output = ctx.usage.get("prompt_tokens"), ctx.usage.get("completion_tokens")
+    else:
+        prompt, output = ctx.prompt_tokens_counted or 0, estimate_output_tokens(ctx.output_chars)
+    return (
+        f"{err.message} Charged {ctx.cost_micros or 0} micro-USD for what was delivered: "
+        f"{prompt} prompt and {output} output tokens."
+    )
+
+
+def failure_error(ctx: Context) -> dict[str, Any]:
+    """The error of a stream that failed mid-way, for its usage row: as its caller received it."""
+    err = ctx.failure
+    assert err is not None
+    return {"type": err.type, "code": err.code, "message": failure_message(ctx)}
 
 
 async def _first_chunk(chunks: AsyncIterator[Chunk], target: Target) -> Chunk:
@@ -370,7 +437,7 @@ class Pipeline:
         except BaseException:
             await admission.settle(ctx, None, failed=True)
             raise
-        stream = ChatStream(first, rest, ctx, admission)
+        stream = ChatStream(first, rest, ctx, admission, request)
         if run is not None:
             stream.wrap(run.stream)
         return stream

@@ -9,6 +9,7 @@ TensorZero's dummy provider does:
 - `tool-*`: call the first tool in the request with `{"city": "Paris"}` arguments
 - `error-<status>`: answer that HTTP status with an OpenAI error body (`retry-after: 7` on 429)
 - `die-midstream`: stream two content chunks, then drop the connection
+- `die-after-role`: stream the role chunk only, then drop the connection (nothing delivered)
 - `slow-stream`: stream one chunk every 50 ms for 30 s, noting when the client went away
 - `hang`: accept the request and never answer
 - `echo-tiny-*`: echo the last user message verbatim (no prefix), streamed 1-3 characters per chunk
@@ -251,6 +252,10 @@ class FakeOpenAI:
                     await asyncio.sleep(0.05)
             elif model.startswith("choices-"):
                 await self._choices(resp, body, include_usage)
+                return resp
+            elif model == "die-after-role":
+                assert request.transport is not None
+                request.transport.close()
                 return resp
             elif model == "die-midstream":
                 await resp.write(_chunk(model, {"content": "partial "}, usage=include_usage))

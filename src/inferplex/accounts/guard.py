@@ -32,7 +32,7 @@ from inferplex.config import AccountsConfig, ModelConfig, Pricing
 from inferplex.errors import GatewayError, PermissionDenied, RateLimited, Unavailable
 from inferplex.limits import Hold, LimitStore, LimitsUnavailable
 from inferplex.limits.slots import FairSlots
-from inferplex.pipeline import Admission, Context
+from inferplex.pipeline import Admission, Context, failure_error
 from inferplex.routing.pricing import price_for
 from inferplex.store.engine import StoreUnavailable
 from inferplex.store.ledger import Ledger
@@ -57,7 +57,9 @@ def request_cost(ctx: Context) -> int | None:
 def _tokens(ctx: Context) -> Tokens:
     if ctx.usage:
         return tokens_of(ctx.usage)
-    prompt = int(ctx.options.get("prompt_tokens_estimate", 0))
+    prompt = ctx.prompt_tokens_counted  # a cut stream's prompt, as the gateway counts it (pipeline.ChatStream)
+    if prompt is None:
+        prompt = int(ctx.options.get("prompt_tokens_estimate", 0))
     return Tokens(prompt, estimate_output_tokens(ctx.output_chars), estimated=True)
 
 
@@ -206,6 +208,8 @@ class AccountGuard:
                 row["response_body"] = ctx.response
             elif ctx.streamed:
                 row["response_body"] = completion_from_chunks(ctx.streamed)
+        if ctx.failure is not None:  # the error a stream's caller received after its first byte, and its charge
+            row["response_body"] = {**(row["response_body"] or {}), "error": failure_error(ctx)}
         self.usage.record(row)
 
 
@@ -235,6 +239,8 @@ class _Admission:
         if failed:
             last = ctx.attempt_log[-1].status if ctx.attempt_log else None
             status = last if last and last >= 400 else 502
+        elif ctx.failure is not None:  # a stream that failed mid-way, billed for what it delivered
+            status = ctx.failure.status
         if self._books(ctx, tokens, cost):
             await self._book(ctx, tokens, cost, status)
         else:  # nothing for a store
