@@ -154,6 +154,8 @@ def test_unify_log_flags_omitted_follow_the_operator(seed_gateway: GatewayServer
         ("log_query_body", "no"),
         ("log_response_body", 1),
         ("drop_params", "false"),
+        ("use_custom_keys", "yes"),
+        ("signature", 5),
     ],
 )
 def test_gateway_options_of_the_wrong_type_are_refused(

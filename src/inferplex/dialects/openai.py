@@ -103,11 +103,13 @@ def tags(value: Any) -> list[str]:
     return [t.strip() for t in value if t.strip()]
 
 
-_FLAGS = ("log_query_body", "log_response_body", "drop_params")
+_FLAGS = ("log_query_body", "log_response_body", "drop_params", "use_custom_keys")
 
 
 def gateway_options(raw: Any) -> None:
-    """Check the gateway's own request options on the OpenAI-shaped routes, before anything is reserved.
+    """Check the gateway's own request options on the OpenAI-shaped routes, before anything is reserved:
+    `tags`, the log flags, `drop_params`, and Unify's `use_custom_keys` and `signature` (stripped before the
+    upstream on every route).
 
     The usage log (accounts/guard.py) and the capability planner read them from the request itself, and
     used to skip a value of the wrong type, so `"log_query_body": "no"` stored the body and `"tags": 5`
@@ -122,6 +124,9 @@ def gateway_options(raw: Any) -> None:
         flag = raw.get(name)
         if flag is not None and flag.__class__ is not bool:
             raise InvalidRequest(f"Invalid value for '{name}': expected a boolean.", param=name)
+    signature = raw.get("signature")
+    if signature is not None and not isinstance(signature, str):
+        raise InvalidRequest("Invalid value for 'signature': expected a string.", param="signature")
 
 
 async def chat_completions(request: Request, ctx: Context) -> Response:

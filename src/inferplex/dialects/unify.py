@@ -73,10 +73,7 @@ def platform_options(raw: dict[str, Any]) -> dict[str, Any]:
     `accounts.log_query_body` / `log_response_body` decide (docs/dialects.md), not Unify's default of
     true, so the bodies of a caller who said nothing are kept only where the operator keeps bodies."""
     gateway_options(raw)
-    signature = raw.get("signature")
-    if signature is not None and not isinstance(signature, str):
-        raise InvalidRequest("Invalid value for 'signature': expected a string.", param="signature")
-    options: dict[str, Any] = {"signature": signature}
+    options: dict[str, Any] = {"signature": raw.get("signature")}
     for name in ("log_query_body", "log_response_body"):
         if raw.get(name) is not None:
             options[name] = raw[name]
