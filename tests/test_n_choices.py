@@ -66,10 +66,13 @@ def client(fakes: dict[str, Any]) -> Iterator[openai.OpenAI]:
         ("via-gemini", "gem", "gemini-choices"),
         ("via-bedrock", "br", "anthropic.claude-numbered-v1:0"),
     ]
-    config = {
+    config: dict[str, Any] = {
         "providers": providers,
         "models": [{"name": n, "deployments": [{"provider": p, "model": m}]} for n, p, m in models],
     }
+    # a model declared `streaming: false`: its stream is replayed from one buffered call with the native n
+    replayed = {"provider": "oa", "model": "choices-model"}
+    config["models"].append({"name": "via-replay", "deployments": [replayed], "capabilities": {"streaming": False}})
     with GatewayServer(config) as server:
         yield openai.OpenAI(base_url=server.base_url, api_key=server.master_key, max_retries=0)
     mp.undo()
@@ -78,14 +81,16 @@ def client(fakes: dict[str, Any]) -> Iterator[openai.OpenAI]:
 def _expected(model: str) -> set[str]:
     """The texts the upstream produced for the candidates of one request (emulated: one call each)."""
     echo = f"echo: {PROMPT}"
-    if model in ("via-openai", "via-azure"):
+    if model in ("via-openai", "via-azure", "via-replay"):
         return {f"{echo} (choice {i})" for i in range(N)}
     if model == "via-gemini":
         return {f"{echo} (candidate {i})" for i in range(N)}
     return set()  # numbered calls: checked by shape below
 
 
-@pytest.mark.parametrize("model", ["via-openai", "via-azure", "via-anthropic", "via-gemini", "via-bedrock"])
+@pytest.mark.parametrize(
+    "model", ["via-openai", "via-azure", "via-anthropic", "via-gemini", "via-bedrock", "via-replay"]
+)
 def test_streamed_choices_are_one_stream(client: openai.OpenAI, model: str) -> None:
     chunks = list(
         client.chat.completions.create(

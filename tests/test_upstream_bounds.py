@@ -101,6 +101,16 @@ def gateway() -> Iterator[GatewayServer]:
         # read: the provider's read timeout
         providers.append(_provider(f"r-{kind}", kind, silent.port, {"connect": SLOW, "read": 0.5}))
         models.append({"name": f"read-{kind}", "deployments": [{"provider": f"r-{kind}", "model": "m"}]})
+    for kind in ("openai", "azure"):  # the adapters that serve embeddings
+        deployment = {"provider": f"c-{kind}", "model": "m", "timeouts": {"connect": 0.3}}
+        models.append({"name": f"embed-connect-{kind}", "type": "embedding", "deployments": [deployment]})
+        models.append(
+            {
+                "name": f"embed-read-{kind}",
+                "type": "embedding",
+                "deployments": [{"provider": f"r-{kind}", "model": "m"}],
+            }
+        )
     # total: an attempt's whole time, below a longer read
     providers.append(_provider("t-anthropic", "anthropic", silent.port, {"connect": SLOW, "read": SLOW, "total": 0.5}))
     models.append({"name": "total-anthropic", "deployments": [{"provider": "t-anthropic", "model": "m"}]})
@@ -130,6 +140,14 @@ def test_chat_is_bounded(gateway: GatewayServer, kind: str, bound: str, stream: 
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert took < WITHIN, f"{kind} answered after {took:.1f}s: {error['message']}"
+
+
+@pytest.mark.parametrize("bound", ["connect", "read"])
+@pytest.mark.parametrize("kind", ["openai", "azure"])
+def test_embeddings_are_bounded(gateway: GatewayServer, kind: str, bound: str) -> None:
+    response, took = _timed(gateway, "/v1/embeddings", {"model": f"embed-{bound}-{kind}", "input": "hi"})
+    assert response.status_code == 504, response.text
+    assert took < WITHIN, f"{kind} embeddings answered after {took:.1f}s"
 
 
 @pytest.mark.parametrize("bound", ["connect", "read", "total"])
