@@ -1,4 +1,9 @@
-"""The OpenAPI document for the admin API and the token exchange, built from the pydantic body models."""
+"""`/openapi.json`: every route the gateway serves, built from the routes' own pydantic models.
+
+The API routes of each dialect are `inferplex.openapi.operations`; the admin API, the token exchange and
+this document are listed here, beside the models they use (`models.py` for bodies, `responses.py` for
+answers). The document is built once, on first request.
+"""
 
 from __future__ import annotations
 
@@ -6,76 +11,104 @@ from functools import cache
 from typing import Any
 
 from inferplex import __version__
-from inferplex.admin.models import BODIES
+from inferplex.admin import responses as r
+from inferplex.admin.models import AccountCreate, AccountUpdate, CreditChange, KeyCreate, KeyUpdate, TokenRequest
+from inferplex.openapi.operations import GATEWAY, OPERATIONS
+from inferplex.openapi.spec import Dialect, Operation, Param, build_document
+from inferplex.store.usage import GROUPS
 
-_ERROR = {
-    "description": "An OpenAI error object",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-}
+ADMIN = Dialect("Admin", GATEWAY.error)
+_READ = (400, 401, 403, 500, 503)  # 400: a parameter no store can hold (NUL)
+_WRITE = (400, 401, 403, 404, 413, 415, 500, 503)
+_NUMBER = {"type": "number"}
+_FILTER = (
+    Param("key_id"),
+    Param("account_id"),
+    Param("model"),
+    Param("since", _NUMBER, description="UNIX seconds"),
+    Param("until", _NUMBER, description="UNIX seconds"),
+)
+_LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 10_000})
 
-# (method, path, summary, body model or None, query parameters)
-_OPERATIONS: list[tuple[str, str, str, str | None, list[str]]] = [
-    ("post", "/admin/keys", "Create a key (the secret is in this response only)", "KeyCreate", []),
-    ("get", "/admin/keys", "List keys", None, ["account_id"]),
-    ("get", "/admin/keys/{key_id}", "Get a key", None, []),
-    (
+
+def _admin(method: str, path: str, summary: str, ok: Any, errors: tuple[int, ...], **kw: Any) -> Operation:
+    return Operation(method, path, summary, ADMIN, ok, errors, **kw)
+
+
+ADMIN_OPERATIONS: list[Operation] = [
+    _admin(
+        "post",
+        "/admin/keys",
+        "Create a key (the secret is in this response only)",
+        r.ApiKey,
+        _WRITE,
+        body=KeyCreate,
+        ok_status=201,
+    ),
+    _admin("get", "/admin/keys", "List keys", r.ApiKeyList, _READ, params=(Param("account_id"),)),
+    _admin("get", "/admin/keys/{key_id}", "Get a key", r.ApiKey, (*_READ, 404)),
+    _admin(
         "patch",
         "/admin/keys/{key_id}",
         "Update a key's name, scopes, models, IPs, limits, expiry, tags",
-        "KeyUpdate",
-        [],
+        r.ApiKey,
+        _WRITE,
+        body=KeyUpdate,
     ),
-    ("post", "/admin/keys/{key_id}/revoke", "Revoke a key (and every token minted from it)", None, []),
-    ("post", "/admin/keys/{key_id}/rotate", "Replace a key's secret", None, []),
-    ("post", "/admin/accounts", "Create an account", "AccountCreate", []),
-    ("get", "/admin/accounts", "List accounts", None, []),
-    ("get", "/admin/accounts/{account_id}", "An account and its balance", None, []),
-    ("patch", "/admin/accounts/{account_id}", "Update an account's name and limits", "AccountUpdate", []),
-    ("post", "/admin/accounts/{account_id}/credits", "Top up, refund or adjust credits", "CreditChange", []),
-    ("get", "/admin/accounts/{account_id}/ledger", "The account's ledger, newest first", None, ["limit"]),
-    ("get", "/admin/usage", "Usage rows", None, ["key_id", "account_id", "model", "since", "until", "limit"]),
-    ("get", "/admin/usage/totals", "Usage totals", None, ["by", "key_id", "account_id", "model", "since", "until"]),
-    ("post", "/v1/auth/token", "Exchange an API key for a short-lived bearer token", "TokenRequest", []),
+    _admin(
+        "post", "/admin/keys/{key_id}/revoke", "Revoke a key (and every token minted from it)", r.ApiKey, (*_READ, 404)
+    ),
+    _admin("post", "/admin/keys/{key_id}/rotate", "Replace a key's secret", r.ApiKey, (*_READ, 404)),
+    _admin("post", "/admin/accounts", "Create an account", r.Account, _WRITE, body=AccountCreate, ok_status=201),
+    _admin("get", "/admin/accounts", "List accounts", r.AccountList, _READ),
+    _admin("get", "/admin/accounts/{account_id}", "An account and its balance", r.Account, (*_READ, 404)),
+    _admin(
+        "patch",
+        "/admin/accounts/{account_id}",
+        "Update an account's name and limits",
+        r.Account,
+        _WRITE,
+        body=AccountUpdate,
+    ),
+    _admin(
+        "post",
+        "/admin/accounts/{account_id}/credits",
+        "Top up, refund or adjust credits",
+        r.Account,
+        _WRITE,
+        body=CreditChange,
+    ),
+    _admin(
+        "get",
+        "/admin/accounts/{account_id}/ledger",
+        "The account's ledger, newest first",
+        r.LedgerList,
+        (*_READ, 404),
+        params=(_LIMIT,),
+    ),
+    _admin("get", "/admin/usage", "Usage rows, newest first", r.UsageList, _READ, params=(*_FILTER, _LIMIT)),
+    _admin(
+        "get",
+        "/admin/usage/totals",
+        "Usage totals",
+        r.UsageTotals,
+        _READ,
+        params=(Param("by", {"type": "string", "enum": list(GROUPS)}), *_FILTER),
+    ),
+    Operation(
+        "post",
+        "/v1/auth/token",
+        "Exchange an API key for a short-lived bearer token",
+        GATEWAY,
+        r.AccessToken,
+        (400, 401, 403, 413, 415, 500, 503),
+        TokenRequest,
+        body_required=False,
+    ),
+    Operation("get", "/openapi.json", "This document", GATEWAY, dict[str, Any], (), authenticated=False),
 ]
 
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    schemas: dict[str, Any] = {
-        name: model.model_json_schema(ref_template="#/components/schemas/{model}") for name, model in BODIES.items()
-    }
-    schemas["Error"] = {
-        "type": "object",
-        "properties": {
-            "error": {
-                "type": "object",
-                "properties": {k: {"type": ["string", "null"]} for k in ("message", "type", "param", "code")},
-            }
-        },
-    }
-    paths: dict[str, Any] = {}
-    for method, path, summary, body, query in _OPERATIONS:
-        params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string"}} for p in _path_params(path)]
-        params += [{"name": q, "in": "query", "required": False, "schema": {"type": "string"}} for q in query]
-        op: dict[str, Any] = {
-            "summary": summary,
-            "security": [{"bearer": []}],
-            "parameters": params,
-            "responses": {"200": {"description": "OK"}, "4XX": _ERROR},
-        }
-        if body is not None:
-            op["requestBody"] = {
-                "required": method != "post" or body != "TokenRequest",
-                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}},
-            }
-        paths.setdefault(path, {})[method] = op
-    return {
-        "openapi": "3.1.0",
-        "info": {"title": "Inferplex administration", "version": __version__},
-        "paths": paths,
-        "components": {"schemas": schemas, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
-    }
-
-
-def _path_params(path: str) -> list[str]:
-    return [part[1:-1] for part in path.split("/") if part.startswith("{")]
+    return build_document("Inferplex", __version__, [*OPERATIONS, *ADMIN_OPERATIONS])

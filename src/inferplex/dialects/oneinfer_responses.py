@@ -1,0 +1,67 @@
+"""What the OneInfer dialect answers, as TypedDicts: its envelope, success and error (see `oneinfer.py`).
+
+Described for `/openapi.json` and for the tests that validate real answers; the routes build plain dicts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import ConfigDict, with_config
+from typing_extensions import TypedDict
+
+
+class OneInferApiDetails(TypedDict):
+    api_status: Literal["success", "error"]
+    api_message: str
+
+
+@with_config(ConfigDict(extra="forbid"))
+class OneInferEmpty(TypedDict):
+    """`{}`: the half of the envelope that does not apply (`data` of an error, `error` of a success)."""
+
+
+class OneInferErrorDetail(TypedDict):
+    status: int
+    code: str | None
+    type: str
+    message: str
+    param: str | None
+
+
+class OneInferError(TypedDict):
+    api_details: OneInferApiDetails
+    data: OneInferEmpty
+    error: OneInferErrorDetail
+
+
+class OneInferUsage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class OneInferCompletion(TypedDict):
+    id: str
+    created: int
+    text: str
+    finish_reason: str
+    provider: str | None
+    model: str | None
+    usage: OneInferUsage
+    latency_ms: int
+    is_context_length_full: bool
+
+
+class OneInferCompletionEnvelope(TypedDict):
+    api_details: OneInferApiDetails
+    data: OneInferCompletion
+    error: OneInferEmpty
+
+
+class OneInferStreamChunk(TypedDict):
+    """One `data:` frame of a stream: `chunk_<n>` with text, then `chunk_final` with the finish reason."""
+
+    id: str
+    text: str
+    finish_reason: str | None

@@ -1,0 +1,251 @@
+"""`/openapi.json` is the contract: it describes every route the app serves, it is valid OpenAPI 3.1, its
+schemas are the routes' own models, and real answers (successes, streams and errors, in every dialect) fit
+the schema it declares for their status.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
+from pydantic import TypeAdapter
+from starlette.routing import Route
+
+from inferplex.admin.models import KeyCreate
+from inferplex.admin.openapi import openapi_document
+from inferplex.app import Gateway, create_app
+from inferplex.canonical import ChatRequest
+from inferplex.config import parse_config
+from inferplex.dialects.oneinfer import FORM_FIELDS
+from inferplex.dialects.seed_wire import UNIFY_PLATFORM_FIELDS
+from inferplex.openapi.spec import REF
+from inferplex.providers.openai_compat import GATEWAY_FIELDS
+from tests.conftest import openai_config
+from tests.fakes.openai_upstream import FakeOpenAI
+from tests.gateway_server import GatewayServer
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def app(fake_openai: FakeOpenAI) -> Gateway:
+    return create_app(parse_config(openai_config(fake_openai), "<test>"), "ipx-test-master-key")
+
+
+@pytest.fixture(scope="module")
+def server(fake_openai: FakeOpenAI) -> Iterator[GatewayServer]:
+    with GatewayServer(openai_config(fake_openai)) as gateway:
+        yield gateway
+
+
+def _served(app: Gateway) -> set[tuple[str, str]]:
+    """(method, OpenAPI path) of every route: Starlette's router and the app's own fixed-path dispatch."""
+    out: set[tuple[str, str]] = set()
+    for route in app.routes:
+        assert isinstance(route, Route), route
+        path = re.sub(r"\{(\w+):\w+\}", r"{\1}", route.path)
+        out |= {(method.lower(), path) for method in route.methods or () if method != "HEAD"}
+    out |= {(method.lower(), path) for path, method in app._exact}
+    return out
+
+
+def test_every_route_the_app_serves_is_in_the_document_and_nothing_else(app: Gateway) -> None:
+    document = openapi_document()
+    documented = {(method, path) for path, item in document["paths"].items() for method in item}
+    served = _served(app)
+    assert served - documented == set(), "served but not documented"
+    assert documented - served == set(), "documented but not served"
+    assert {("post", "/v1/chat/completions"), ("post", "/v1/messages"), ("get", "/v0/endpoints")} <= documented
+    assert {(m.lower(), p) for p, m in app._exact} <= documented  # the dispatch that skips the router
+
+
+def test_the_document_is_valid_openapi_and_served_as_built(server: GatewayServer) -> None:
+    document = openapi_document()
+    validate(document)  # OpenAPI 3.1 (openapi-spec-validator: the spec's own meta-schema and rules)
+    served = httpx.get(server.url + "/openapi.json")
+    assert served.status_code == 200
+    assert served.json() == orjson.loads(orjson.dumps(document))
+
+
+def test_schemas_are_the_routes_own_models() -> None:
+    schemas = openapi_document()["components"]["schemas"]
+    assert not [name for name in schemas if "__" in name], "two types share a name (pydantic qualified them)"
+    chat = TypeAdapter(ChatRequest).json_schema(ref_template=REF)
+    assert schemas["ChatRequest"] == {k: v for k, v in chat.items() if k != "$defs"}
+    assert schemas["KeyCreate"]["properties"].keys() == KeyCreate.model_json_schema()["properties"].keys()
+    # the seed dialects' own fields, and OneInfer's form fields, are described
+    unify = schemas["UnifyChatRequest"]["properties"]
+    assert UNIFY_PLATFORM_FIELDS <= GATEWAY_FIELDS and UNIFY_PLATFORM_FIELDS <= unify.keys()
+    form = openapi_document()["paths"]["/v1/ula/chat/completions"]["post"]["requestBody"]["content"]
+    assert set(FORM_FIELDS) <= form["multipart/form-data"]["schema"]["properties"].keys()
+
+
+def test_every_operation_declares_its_answers_and_errors_in_its_dialect() -> None:
+    errors = {"Anthropic": "AnthropicError", "OneInfer": "OneInferError"}
+    for path, item in openapi_document()["paths"].items():
+        for method, op in item.items():
+            statuses = op["responses"]
+            ok = [s for s in statuses if s.startswith("2")]
+            assert ok or path.startswith("/v1/ula/generate-"), (method, path)
+            for status in ok:
+                assert statuses[status]["content"]["application/json"]["schema"], (method, path)
+            expected = errors.get(op["tags"][0], "OpenAIError")
+            for status, response in statuses.items():
+                if status.startswith(("4", "5")):
+                    assert response["content"]["application/json"]["schema"] == {"$ref": REF.format(model=expected)}
+            if op["security"]:
+                assert "401" in statuses, (method, path)
+
+
+# ---- real answers fit the document --------------------------------------------------------------------------
+
+
+def _schema(path: str, method: str, status: int, media: str = "application/json") -> dict[str, Any]:
+    document = openapi_document()
+    responses = document["paths"][path][method]["responses"]
+    assert str(status) in responses, f"{method.upper()} {path} answered an undocumented {status}"
+    schema: dict[str, Any] = responses[str(status)]["content"][media]["schema"]
+    return schema
+
+
+def _frame_schema(event: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """(the JSON schema of an SSE event's data, whether `[DONE]` may end the stream) from an event schema."""
+    data = event["properties"]["data"]
+    if "anyOf" in data:
+        assert data["anyOf"][0] == {"const": "[DONE]"}
+        return data["anyOf"][1]["contentSchema"], True
+    return data["contentSchema"], False
+
+
+def _fits(schema: dict[str, Any], value: Any) -> None:
+    validator = Draft202012Validator({**schema, "components": openapi_document()["components"]})
+    problems = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(value)]
+    assert not problems, problems
+
+
+class Caller:
+    def __init__(self, server: GatewayServer, headers: dict[str, str]) -> None:
+        self.server = server
+        self.headers = headers
+        self.seen: set[tuple[str, str, int]] = set()
+
+    def __call__(self, method: str, template: str, path: str | None = None, **kw: Any) -> httpx.Response:
+        headers = {**self.headers, **kw.pop("headers", {})}
+        response = httpx.request(method, self.server.url + (path or template), headers=headers, timeout=30, **kw)
+        self.seen.add((method.lower(), template, response.status_code))
+        media = response.headers["content-type"].split(";")[0]
+        if media == "text/event-stream":
+            schema, done = _frame_schema(_schema(template, method.lower(), response.status_code, media))
+            frames = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+            assert frames and (frames[-1] == "[DONE]") == done, frames[-1:]
+            for frame in frames[:-1] if done else frames:
+                _fits(schema, orjson.loads(frame))
+        else:
+            assert media == "application/json", response.text
+            _fits(_schema(template, method.lower(), response.status_code), response.json())
+        return response
+
+
+def test_real_answers_fit_the_documented_schemas(server: GatewayServer) -> None:
+    call = Caller(server, server.auth)
+    # OpenAI, InferExchange, Unify
+    for prefix, model in (("/v1", "echo-model"), ("/api/v1", "echo-model"), ("/v0", "echo-model@fake")):
+        route = prefix + "/chat/completions"
+        assert call("POST", route, json={"model": model, "messages": HI}).status_code == 200
+        streamed = call(
+            "POST",
+            route,
+            json={"model": model, "messages": HI, "stream": True, "stream_options": {"include_usage": True}},
+        )
+        assert streamed.status_code == 200
+        assert call("POST", route, json={"model": model, "messages": []}).status_code == 400
+    cut = {"model": "die-midstream", "messages": HI, "stream": True}  # an error frame after the first byte
+    assert '"error"' in call("POST", "/v1/chat/completions", json=cut).text
+    assert "event: error" in call("POST", "/v1/messages", json={**cut, "max_tokens": 20}).text
+    assert '"error"' in call("POST", "/v1/ula/chat/completions", json={**cut, "provider": "fake"}).text
+    assert call("POST", "/v1/chat/completions", json={"model": "nope", "messages": HI}).status_code == 404
+    assert call("POST", "/v1/chat/completions", json={"model": "error-429", "messages": HI}).status_code == 429
+    assert call("POST", "/v1/chat/completions", json={"model": "error-500", "messages": HI}).status_code == 502
+    assert call("POST", "/v1/chat/completions", content=b"x", headers={"content-type": "text/plain"}).status_code == 415
+    stranger = Caller(server, {"Authorization": "Bearer ipx-not-a-key"})
+    assert stranger("POST", "/v1/chat/completions", json={"model": "echo-model", "messages": HI}).status_code == 401
+    assert stranger("POST", "/v1/messages", json={"model": "echo-model", "messages": HI}).status_code == 401
+    assert stranger("POST", "/v1/ula/chat/completions", json={"messages": HI}).status_code == 401
+    assert call("POST", "/v1/embeddings", json={"model": "embed-model", "input": ["a", "b"]}).status_code == 200
+    assert (
+        call(
+            "POST", "/v1/embeddings", json={"model": "embed-model", "input": "a", "encoding_format": "base64"}
+        ).status_code
+        == 200
+    )
+    for prefix in ("/v1", "/api/v1"):
+        assert call("GET", prefix + "/models").status_code == 200
+        assert call("GET", prefix + "/models/{model_id}", prefix + "/models/echo-model").status_code == 200
+        assert call("GET", prefix + "/models/{model_id}", prefix + "/models/nope").status_code == 404
+    assert call("GET", "/v1/endpoints", params={"provider": "fake"}).status_code == 200
+    assert call("GET", "/v0/endpoints").status_code == 200
+    assert call("GET", "/health").status_code == 200
+    # Anthropic
+    message = {"model": "echo-model", "max_tokens": 20, "messages": HI}
+    assert call("POST", "/v1/messages", json=message).status_code == 200
+    assert call("POST", "/v1/messages", json={**message, "stream": True}).status_code == 200
+    assert call("POST", "/v1/messages", json={"model": "echo-model", "messages": HI}).status_code == 400
+    assert call("POST", "/v1/messages", json={**message, "model": "nope"}).status_code == 404
+    assert call("POST", "/v1/messages/count_tokens", json={"model": "echo-model", "messages": HI}).status_code == 200
+    # OneInfer
+    ula = {"provider": "fake", "model": "echo-model", "messages": HI}
+    assert call("POST", "/v1/ula/chat/completions", json=ula).status_code == 200
+    assert call("POST", "/v1/ula/chat/completions", json={**ula, "stream": True}).status_code == 200
+    assert call("POST", "/v1/ula/chat/completions", json={**ula, "temperature": "hot"}).status_code == 422
+    assert call("POST", "/v1/ula/chat/completions", json={**ula, "provider": "nope"}).status_code == 400
+    assert call("POST", "/v1/ula/generate-image", json={}).status_code == 501
+    assert call("POST", "/v1/ula/generate-video", json={}).status_code == 501
+    _admin_answers_fit(call)
+
+
+def _admin_answers_fit(call: Caller) -> None:
+    account = call("POST", "/admin/accounts", json={"name": "acme", "credits_micros": 5_000_000}).json()
+    account_path = f"/admin/accounts/{account['id']}"
+    key = call("POST", "/admin/keys", json={"name": "k", "account_id": account["id"], "tags": ["t"]}).json()
+    key_path = f"/admin/keys/{key['id']}"
+    keyed = Caller(call.server, {"Authorization": f"Bearer {key['key']}"})
+    assert keyed("POST", "/v1/chat/completions", json={"model": "echo-model", "messages": HI}).status_code == 200
+    assert keyed("GET", "/admin/keys").status_code == 403
+    assert keyed("POST", "/v1/auth/token", json={"ttl_s": 60, "scopes": ["chat"]}).status_code == 200
+    assert keyed("POST", "/v1/auth/token").status_code == 200
+    assert keyed("POST", "/v1/auth/token", json={"ttl_s": -1}).status_code == 400
+    for template, path in (
+        ("/admin/keys", "/admin/keys"),
+        ("/admin/keys/{key_id}", key_path),
+        ("/admin/accounts", "/admin/accounts"),
+        ("/admin/accounts/{account_id}", account_path),
+        ("/admin/accounts/{account_id}/ledger", account_path + "/ledger"),
+        ("/admin/usage", "/admin/usage"),
+    ):
+        assert call("GET", template, path).status_code == 200
+    for by in ("day", "model", "key", "account", "tag"):
+        assert call("GET", "/admin/usage/totals", params={"by": by}).status_code == 200
+    assert call("GET", "/admin/usage/totals", params={"by": "week"}).status_code == 400
+    assert call("PATCH", "/admin/keys/{key_id}", key_path, json={"rpm": 10}).status_code == 200
+    assert call("PATCH", "/admin/keys/{key_id}", key_path, json={"nope": 1}).status_code == 400
+    assert call("PATCH", "/admin/accounts/{account_id}", account_path, json={"name": "acme2"}).status_code == 200
+    assert (
+        call(
+            "POST",
+            "/admin/accounts/{account_id}/credits",
+            account_path + "/credits",
+            json={"amount_micros": 7, "note": "n"},
+        ).status_code
+        == 200
+    )
+    assert call("POST", "/admin/keys/{key_id}/rotate", key_path + "/rotate").status_code == 200
+    assert call("POST", "/admin/keys/{key_id}/revoke", key_path + "/revoke").status_code == 200
+    assert call("GET", "/admin/keys/{key_id}", "/admin/keys/key_nope").status_code == 404
+    assert call("POST", "/admin/keys", json={"name": ""}).status_code == 400
+    assert call("GET", "/openapi.json").status_code == 200
