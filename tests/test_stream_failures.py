@@ -47,6 +47,7 @@ def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) ->
         ("dying-openai", "fake", "die-midstream"),
         ("dying-early", "fake", "die-after-role"),
         ("dying-claude", "claude", "claude-midstream-1"),
+        ("garbled", "fake", "garbled-midstream"),
     ]:
         deployment = {"provider": provider, "model": upstream}
         config["models"].append({"name": name, "deployments": [deployment], "max_output": 200, "pricing": PRICES})
@@ -138,4 +139,21 @@ def test_nothing_delivered_costs_nothing(server: GatewayServer, admin: Admin) ->
     assert charged == 0, ledger
     row = _usage_row(admin, key["id"])
     assert (row["status"], row["cost_micros"], row["completion_tokens"]) == (502, 0, 0)
+    assert row["response_body"]["error"]["message"] == error["message"]
+
+
+def test_a_defect_mid_stream_is_settled_as_a_failure_too(server: GatewayServer, admin: Admin) -> None:
+    """A chunk the gateway cannot handle (here `choices` that is not a list) is its own failure (500), not a
+    provider's, and is billed and logged by the same rule."""
+    key = admin.create_key(credits_micros=CREDITS)
+    body = {"model": "garbled", "messages": [{"role": "user", "content": PROMPT}], "stream": True}
+    frames = _stream(server, "/v1/chat/completions", key["key"], body)
+    error = json.loads(frames[-2])["error"]
+    assert frames[-1] == "[DONE]" and error["code"] == "internal_error"
+    cost = 2 * tokens(PROMPT) + 5 * tokens("partial answer ")
+    charged, ledger = _books(admin, key["account_id"])
+    assert charged == cost, ledger
+    assert f"{cost} micro-USD" in error["message"]
+    row = _usage_row(admin, key["id"])
+    assert (row["status"], row["cost_micros"]) == (500, cost)
     assert row["response_body"]["error"]["message"] == error["message"]

@@ -16,6 +16,7 @@ Nothing here knows about HTTP requests or any provider's wire format.
 from __future__ import annotations
 
 import itertools
+import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,13 +28,15 @@ from inferplex.auth import MASTER, Principal
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
-from inferplex.errors import GatewayError, UpstreamError
+from inferplex.errors import GatewayError, InternalError, UpstreamError
 from inferplex.providers.base import Adapter, CallInfo, Chunk, Target
 from inferplex.routing.options import route_options
 from inferplex.timings import Timings
 from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
 
 T = TypeVar("T")
+
+log = logging.getLogger("inferplex")
 
 # Request ids: a random per-process prefix and a counter. Unique across replicas and restarts without a
 # getrandom() syscall per request (measured at about 1% of a request's CPU).
@@ -231,6 +234,11 @@ class ChatStream:
         except GatewayError as err:
             await self._failed(err)
             raise
+        except Exception as exc:  # a defect, not a provider's error: logged, and settled as a failure all the same
+            log.exception("stream failed", extra={"request_id": self.ctx.request_id})
+            internal = InternalError(f"The stream failed (request id {self.ctx.request_id}).")
+            await self._failed(internal)
+            raise internal from exc
         self.ctx.timings.mark_upstream_end()
 
     def _observe(self, chunk: Chunk) -> Chunk:

@@ -10,6 +10,7 @@ TensorZero's dummy provider does:
 - `error-<status>`: answer that HTTP status with an OpenAI error body (`retry-after: 7` on 429)
 - `die-midstream`: stream two content chunks, then drop the connection
 - `die-after-role`: stream the role chunk only, then drop the connection (nothing delivered)
+- `garbled-midstream`: stream two content chunks, then one whose `choices` is not a list, then finish
 - `slow-stream`: stream one chunk every 50 ms for 30 s, noting when the client went away
 - `hang`: accept the request and never answer
 - `echo-tiny-*`: echo the last user message verbatim (no prefix), streamed 1-3 characters per chunk
@@ -256,6 +257,12 @@ class FakeOpenAI:
             elif model == "die-after-role":
                 assert request.transport is not None
                 request.transport.close()
+                return resp
+            elif model == "garbled-midstream":
+                await resp.write(_chunk(model, {"content": "partial "}, usage=include_usage))
+                await resp.write(_chunk(model, {"content": "answer "}, usage=include_usage))
+                await resp.write(b'data: {"id": "chatcmpl-fake123", "choices": "garbled"}\n\n')
+                await self._finish(resp, model, include_usage, 5, 2)
                 return resp
             elif model == "die-midstream":
                 await resp.write(_chunk(model, {"content": "partial "}, usage=include_usage))
