@@ -21,6 +21,7 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 from inferplex.accounts.delivered import counted_prompt_tokens
 from inferplex.accounts.pricing import estimate_output_tokens
@@ -100,7 +101,8 @@ class Context:
         if self.attempts > 1:
             out["x-inferplex-attempts"] = str(self.attempts)
         if self.info.dropped_params:
-            out["x-inferplex-dropped-params"] = ",".join(self.info.dropped_params)
+            # Percent-encoded: a name can be a caller's own field name, not a valid header value as it stands.
+            out["x-inferplex-dropped-params"] = ",".join(quote(p, safe="") for p in self.info.dropped_params)
         if self.timings.queued_ms > 0:
             out["x-inferplex-queued-ms"] = f"{self.timings.queued_ms:.2f}"
         if self.cost_micros is not None:

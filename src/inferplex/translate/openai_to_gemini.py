@@ -74,6 +74,8 @@ def response_schema(schema: Any) -> Any:
         elif key == "type":
             out["type"] = str(value).upper()
         elif key == "properties":
+            if not isinstance(value, dict):  # the caller's own schema: refused in its words, not a 500
+                raise InvalidRequest("Invalid JSON schema in the request: `properties` must be an object.")
             out[key] = {name: response_schema(v) for name, v in value.items()}
         elif key in ("items", "anyOf"):
             out[key] = response_schema(value)

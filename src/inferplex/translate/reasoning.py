@@ -18,7 +18,7 @@ def budget(effort: Any) -> int | None:
     """The token budget for a `reasoning_effort`, None when absent; an unknown level is a 400."""
     if effort is None:
         return None
-    if effort not in BUDGETS:
+    if not isinstance(effort, str) or effort not in BUDGETS:  # a list or object is not a level (nor hashable)
         levels = ", ".join(BUDGETS)
         raise InvalidRequest(f"Invalid value for 'reasoning_effort': use one of {levels}.", param="reasoning_effort")
     return BUDGETS[effort]
