@@ -202,7 +202,7 @@ INTEGERS: list[tuple[str, dict[str, Any], str]] = [
     ("/v0/chat/completions", {"max_tokens": BIG, "model": "priced@fake"}, "max_tokens"),
     ("/v1/ula/chat/completions", {"max_tokens": BIG, "provider": "fake"}, "max_tokens"),
     ("/v1/embeddings", {"model": "embed-model", "input": "hi", "dimensions": BIG}, "dimensions"),
-    ("/v1/embeddings", {"model": "embed-model", "input": [[1, 2, BIG]]}, "input"),
+    ("/v1/embeddings", {"model": "embed-model", "input": [[1, 2, BIG]]}, "input[0][2]"),
     ("/v1/messages", {"max_tokens": BIG}, "max_tokens"),
     ("/v1/messages", {"max_tokens": 5, "top_k": BIG}, "top_k"),
 ]

@@ -242,6 +242,18 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def most_telling(errors: list[Any]) -> Any:
+    """The first error, unless it is a type mismatch of a union member and another member of the same
+    field failed on its value: `input: [[1, 2**40]]` is too large a token id, not "not a string"."""
+    first = errors[0]
+    if first["type"].endswith("_type"):
+        field = first["loc"][:1]
+        for err in errors[1:]:
+            if err["loc"][:1] == field and not err["type"].endswith("_type") and err["type"] != "missing":
+                return err
+    return first
+
+
 def parse(model: type[BaseModel], data: Any) -> Any:
     """Validate a decoded JSON body into a canonical model, or raise a 400 that names the first bad field."""
     if not isinstance(data, dict):
@@ -249,7 +261,7 @@ def parse(model: type[BaseModel], data: Any) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = most_telling(exc.errors())
         ctx_err = (err.get("ctx") or {}).get("error")
         if isinstance(ctx_err, _FieldError):
             raise InvalidRequest(str(ctx_err), param=ctx_err.param) from None

@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inferplex.canonical import ChatRequest, parse
+from inferplex.canonical import ChatRequest, most_telling, parse
 from inferplex.catalog import Catalog
 from inferplex.config import ModelConfig
 from inferplex.dialects.forms import FieldKind, read_form
@@ -117,7 +117,7 @@ def parse_chat(full: dict[str, Any]) -> ChatRequest:
     try:
         return ChatRequest.model_validate(full)
     except ValidationError as exc:
-        kind = exc.errors()[0]["type"]
+        kind = most_telling(exc.errors())["type"]  # the error `parse` reports
     try:
         parse(ChatRequest, full)  # raises the canonical 400 naming the field
     except InvalidRequest as err:
