@@ -23,7 +23,7 @@ from inferplex.app import Gateway, create_app
 from inferplex.canonical import ChatRequest
 from inferplex.config import parse_config
 from inferplex.dialects.oneinfer import FORM_FIELDS
-from inferplex.dialects.seed_wire import UNIFY_PLATFORM_FIELDS
+from inferplex.dialects.seed_wire import OPTION_FIELDS
 from inferplex.openapi.spec import REF
 from inferplex.providers.openai_compat import GATEWAY_FIELDS
 from tests.conftest import openai_config
@@ -76,12 +76,14 @@ def test_the_document_is_valid_openapi_and_served_as_built(server: GatewayServer
 def test_schemas_are_the_routes_own_models() -> None:
     schemas = openapi_document()["components"]["schemas"]
     assert not [name for name in schemas if "__" in name], "two types share a name (pydantic qualified them)"
-    chat = TypeAdapter(ChatRequest).json_schema(ref_template=REF)
-    assert schemas["ChatRequest"] == {k: v for k, v in chat.items() if k != "$defs"}
+    chat = TypeAdapter(ChatRequest).json_schema(ref_template=REF)["properties"]
+    published = schemas["GatewayChatRequest"]["properties"]
+    assert {k: published[k] for k in chat} == chat  # the canonical fields, exactly as ChatRequest has them
     assert schemas["KeyCreate"]["properties"].keys() == KeyCreate.model_json_schema()["properties"].keys()
-    # the seed dialects' own fields, and OneInfer's form fields, are described
-    unify = schemas["UnifyChatRequest"]["properties"]
-    assert UNIFY_PLATFORM_FIELDS <= GATEWAY_FIELDS and UNIFY_PLATFORM_FIELDS <= unify.keys()
+    # the gateway's own options are exactly what it strips before the upstream, beside the routing fields
+    assert OPTION_FIELDS <= GATEWAY_FIELDS and OPTION_FIELDS <= published.keys()
+    assert GATEWAY_FIELDS <= published.keys() | {"provider"}
+    assert schemas["UnifyChatRequest"]["properties"]["model"]["pattern"] == "^.+@.+$"
     form = openapi_document()["paths"]["/v1/ula/chat/completions"]["post"]["requestBody"]["content"]
     assert set(FORM_FIELDS) <= form["multipart/form-data"]["schema"]["properties"].keys()
 

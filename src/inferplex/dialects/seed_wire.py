@@ -1,22 +1,44 @@
-"""The request bodies of the seed dialects (OneInfer, Unify) as pydantic models: the canonical request plus
-what each seed adds or relaxes.
+"""The request bodies of the OpenAI-shaped routes as `/openapi.json` publishes them: the canonical request
+plus the gateway's own options (every route) and what each seed dialect adds or relaxes (OneInfer, Unify).
 
-The seed routes validate their own fields by hand before the canonical `ChatRequest` (whose errors they
-reuse) sees the body, so these models are not on the request path: they are the description of those
-fields that `/openapi.json` publishes, next to the canonical fields they extend, so that the document
-cannot drift from `ChatRequest`. Their field names are tested against the dialects' own handling.
+The routes check the gateway's options and the seeds' fields by hand (`openai.gateway_options`,
+`oneinfer.to_canonical`, `unify.split_endpoint`) before the canonical `ChatRequest` (whose errors they reuse)
+sees the body, so these models are not on the request path: they describe those fields next to the canonical
+ones they extend, so the document cannot drift from `ChatRequest`. tests/test_openapi.py holds their field
+names to the fields the gateway strips before the upstream (`openai_compat.GATEWAY_FIELDS`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
-from inferplex.canonical import ChatRequest
+from inferplex.canonical import ChatRequest, EmbeddingRequest
 
 
-class OneInferChatRequest(ChatRequest):
+class GatewayOptions(BaseModel):
+    """The gateway's own options, accepted on every OpenAI-shaped route and never sent upstream."""
+
+    tags: str | list[str] | None = Field(None, description="usage-log tags: a comma-separated string or a list")
+    log_query_body: bool | None = Field(None, description="store the request in the usage log (default: operator's)")
+    log_response_body: bool | None = Field(None, description="store the answer in the usage log (default: operator's)")
+    drop_params: bool | None = Field(None, description="false: a parameter the provider cannot take is a 400")
+    use_custom_keys: bool | None = Field(None, description="send the `x-provider-api-key` header's key upstream")
+    signature: str | None = None
+    processors: list[str | dict[str, Any]] | None = Field(None, description="request processors (docs/processors.md)")
+    inferada: dict[str, Any] | None = Field(None, description="Inferada's spelling of processors and language")
+
+
+class GatewayChatRequest(ChatRequest, GatewayOptions):
+    """`POST /v1/chat/completions` and `/api/v1/chat/completions`."""
+
+
+class GatewayEmbeddingRequest(EmbeddingRequest, GatewayOptions):
+    """`POST /v1/embeddings`."""
+
+
+class OneInferChatRequest(GatewayChatRequest):
     """`POST /v1/ula/chat/completions`: `model` optional (the provider's first chat model), `provider` a
     configured provider name (default `openai`), OneInfer's defaults (temperature 0.7, max_tokens 1000)."""
 
@@ -26,17 +48,10 @@ class OneInferChatRequest(ChatRequest):
     service_tier: Literal["default", "flex"] | None = None
 
 
-class UnifyChatRequest(ChatRequest):
-    """`POST /v0/chat/completions`: `model` names an endpoint, `model@provider`, plus the platform arguments
-    (never forwarded upstream; docs/dialects.md#unify)."""
+class UnifyChatRequest(GatewayChatRequest):
+    """`POST /v0/chat/completions`: `model` names an endpoint, `model@provider` (GET /v0/endpoints)."""
 
-    model: str = Field(pattern=r"^.+@.+$", description="an endpoint, `model@provider` (GET /v0/endpoints)")
-    drop_params: bool | None = None
-    use_custom_keys: bool | None = Field(None, description="send the `x-provider-api-key` header's key upstream")
-    tags: str | list[str] | None = Field(None, description="a comma-separated string or a list of strings")
-    log_query_body: bool | None = None
-    log_response_body: bool | None = None
-    signature: str | None = None
+    model: str = Field(pattern=r"^.+@.+$", description="an endpoint, `model@provider`")
 
 
-UNIFY_PLATFORM_FIELDS = frozenset(set(UnifyChatRequest.model_fields) - set(ChatRequest.model_fields))
+OPTION_FIELDS = frozenset(GatewayOptions.model_fields)

@@ -5,13 +5,17 @@
 
 from __future__ import annotations
 
-from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.dialects import anthropic_responses as ar
 from inferplex.dialects import oneinfer_responses as oir
 from inferplex.dialects import openai_responses as oa
 from inferplex.dialects.anthropic_wire import CountTokensRequest, MessagesRequest
 from inferplex.dialects.oneinfer import FORM_FIELDS
-from inferplex.dialects.seed_wire import OneInferChatRequest, UnifyChatRequest
+from inferplex.dialects.seed_wire import (
+    GatewayChatRequest,
+    GatewayEmbeddingRequest,
+    OneInferChatRequest,
+    UnifyChatRequest,
+)
 from inferplex.openapi.spec import Dialect, Operation, Param
 
 OPENAI = Dialect("OpenAI", oa.OpenAIError)
@@ -28,7 +32,7 @@ _FILTERS = (Param("model", description="only this public model"), Param("provide
 _STREAMS = "With `stream: true` the answer is server-sent events (`text/event-stream`), each `data:` frame one chunk."
 
 
-def _chat(dialect: Dialect, path: str, body: type[ChatRequest] = ChatRequest) -> Operation:
+def _chat(dialect: Dialect, path: str, body: type[GatewayChatRequest] = GatewayChatRequest) -> Operation:
     return Operation(
         "post",
         path,
@@ -66,7 +70,7 @@ OPERATIONS: list[Operation] = [
         OPENAI,
         oa.EmbeddingList,
         (400, 401, 403, 404, 413, 415, 429, 500, 502, 503, 504),
-        EmbeddingRequest,
+        GatewayEmbeddingRequest,
     ),
     *_models(OPENAI, "/v1"),
     Operation(
