@@ -7,8 +7,13 @@ import asyncio
 import gc
 import os
 import secrets
+import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from inferplex import __version__, cli_admin
 from inferplex.config import Config, ConfigError, check_pricing, load_config, parse_config
@@ -22,22 +27,82 @@ def _load(path: str | None) -> tuple[Config, str]:
     return parse_config(DEFAULT_CONFIG, "<embedded defaults>"), "<embedded defaults>"
 
 
+@dataclass(frozen=True, slots=True)
+class MasterKey:
+    value: str
+    generated: bool  # by this start: the only time the banner shows the key itself
+    origin: str  # where it comes from, for the banner (never the key)
+    shell: str  # how a shell reads it, for the banner's curl line
+
+
 def master_key(config: Config) -> str:
-    """The configured master key, or one generated on first start and kept in the data directory."""
+    return resolve_master_key(config).value
+
+
+def resolve_master_key(config: Config, source: str | None = None) -> MasterKey:
+    """The configured master key, else `$INFERPLEX_MASTER_KEY`, else one generated on first start and kept
+    (0600) in the data directory; with where it came from, so the banner can name that instead of the key."""
     if config.server.master_key:
-        return config.server.master_key.get_secret_value()
+        reference = _configured_reference(source)
+        return MasterKey(
+            config.server.master_key.get_secret_value(),
+            False,
+            f"server.master_key ({reference or 'config'})",
+            _shell_reading(reference) or "<master key>",
+        )
     env = os.environ.get("INFERPLEX_MASTER_KEY")
     if env:
-        return env
+        return MasterKey(env, False, "$INFERPLEX_MASTER_KEY", "$INFERPLEX_MASTER_KEY")
     path = Path(config.server.data_dir) / "master_key"
+    shell = f"$(cat {shlex.quote(str(path))})"
     if path.exists():
-        return path.read_text().strip()
+        return MasterKey(path.read_text().strip(), False, f"stored in {path}", shell)
     path.parent.mkdir(parents=True, exist_ok=True)
     key = "ipx-" + secrets.token_urlsafe(24)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(key + "\n")
-    return key
+    return MasterKey(key, True, f"stored in {path}", shell)
+
+
+def _configured_reference(source: str | None) -> str | None:
+    """`server.master_key` as written in the config file (`env:NAME` or `file:PATH`), not as resolved."""
+    if source is None or not Path(source).is_file():
+        return None
+    try:
+        raw: Any = yaml.safe_load(Path(source).read_text())
+        reference = raw["server"]["master_key"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return reference if isinstance(reference, str) else None
+
+
+def _shell_reading(reference: str | None) -> str | None:
+    if reference is None:
+        return None
+    kind, _, name = reference.partition(":")
+    if kind == "env" and name.isidentifier():
+        return f"${name}"
+    if kind == "file" and name:
+        return f"$(cat {shlex.quote(name)})"
+    return None
+
+
+def banner(host: str, port: int, source: str, key: MasterKey, model: str) -> str:
+    """What `serve` prints: where it serves, and how to call it. The master key itself only when this start
+    generated it (the operator has no other way to learn it); otherwise where it is, never what it is, so
+    that a key from the environment or a secret file does not end up in a terminal's or a service's log."""
+    if key.generated:
+        shown = f"{key.value} (generated now and {key.origin}; it is not shown again)"
+    else:
+        shown = f"the master key, {key.origin}" if key.origin.startswith("stored") else f"from {key.origin}"
+    body = f'{{"model": "{model}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+    return (
+        f"Inferplex {__version__} serving on http://{host}:{port}/v1 (config: {source})\n"
+        f"  key:   {shown}\n"
+        f'  try:   curl http://{host}:{port}/v1/chat/completions -H "Authorization: Bearer {key.shell}" '
+        f"-H 'Content-Type: application/json' -d '{body}'"
+    )
 
 
 def _check(path: str) -> int:
@@ -70,17 +135,10 @@ def _serve(args: argparse.Namespace) -> int:
     check_pricing(config, source)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
-    key = master_key(config)
-    app = create_app(config, key)
+    key = resolve_master_key(config, source)
+    app = create_app(config, key.value)
     example = next((m.name for m in config.models if m.type == "chat"), DEFAULT_CHAT_MODEL)
-    print(
-        f"Inferplex {__version__} serving on http://{host}:{port}/v1 (config: {source})\n"
-        f"  key:   {key}\n"
-        f"  try:   curl http://{host}:{port}/v1/chat/completions -H 'Authorization: Bearer {key}' "
-        f"-H 'Content-Type: application/json' "
-        f'-d \'{{"model": "{example}", "messages": [{{"role": "user", "content": "Hello"}}]}}\'',
-        flush=True,
-    )
+    print(banner(host, port, source, key, example), flush=True)
     # Requests leave almost no reference cycles, but the default thresholds run full collections that
     # pause the loop for tens of ms under load (docs/benchmarks.md): freeze what start-up allocated and
     # collect the young generation less often. A young collection scans what is still alive, not what was

@@ -1,8 +1,10 @@
 """`inferplex keys|credits|usage|db ...`: administration from the shell, straight to the database.
 
-The CLI uses the same configuration file as the server (so the same database) and the same operations as
-the admin API (`admin/operations.py`). Credits on the command line are in USD (`--credits 20`); the API and
-the database count micro-USD.
+The CLI uses the same configuration file as the server (so the same database), the same operations as
+the admin API (`admin/operations.py`) and the same validation (`admin/models.py`): what the API refuses with
+a 400 the CLI refuses with the same message on stderr and exit status 2 (1 for something not found or a
+database that cannot be reached), never a traceback. Credits on the command line are in USD
+(`--credits 20`, at most 6 decimal places); the API and the database count micro-USD.
 """
 
 from __future__ import annotations
@@ -10,15 +12,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from pydantic import ValidationError
+
 from inferplex.accounts.wiring import database_url
 from inferplex.admin import operations as ops
-from inferplex.admin.models import KeyCreate
+from inferplex.admin.models import CreditChange, KeyCreate, invalid
 from inferplex.config import Config
-from inferplex.store.engine import Database
+from inferplex.errors import GatewayError
+from inferplex.store.engine import Database, unreachable
 from inferplex.store.keys import KeyStore
 from inferplex.store.ledger import Ledger
 from inferplex.store.usage import GROUPS, UsageFilter, UsageStore
@@ -27,11 +33,16 @@ COMMANDS = ("keys", "credits", "usage", "db")
 
 
 def usd_to_micros(text: str) -> int:
+    """USD as written (`20`, `0.5`) to micro-USD, exactly: a fraction of a micro-USD is refused, not dropped."""
     try:
-        value = Decimal(text)
+        micros = Decimal(text) * 1_000_000
     except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an amount in USD") from None
-    return int(value * 1_000_000)
+        micros = Decimal("NaN")
+    if not micros.is_finite():
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount in USD")
+    if micros != micros.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of micro-USD (6 decimal places at most)")
+    return int(micros)
 
 
 def register(sub: Any) -> None:
@@ -87,7 +98,21 @@ def run(args: argparse.Namespace, config: Config) -> int:
         finally:
             await db.aclose()
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    except ValidationError as exc:
+        return _fail(invalid(exc))
+    except GatewayError as exc:
+        return _fail(exc)
+    except Exception as exc:
+        if unreachable(exc) is None:
+            raise
+        return _fail(GatewayError(f"the database cannot be reached ({type(unreachable(exc)).__name__})"))
+
+
+def _fail(error: GatewayError) -> int:
+    print(f"inferplex: error: {error.message}", file=sys.stderr)
+    return 2 if error.status == 400 else 1
 
 
 def _print(data: Any) -> None:
@@ -131,7 +156,8 @@ async def _keys_rotate(db: Database, args: argparse.Namespace) -> int:
 
 
 async def _credits_add(db: Database, args: argparse.Namespace) -> int:
-    balance = await Ledger(db).credit(args.account_id, args.amount, note=args.note)
+    change = CreditChange.model_validate({"amount_micros": args.amount, "note": args.note})
+    balance = await ops.credit(Ledger(db), args.account_id, change)
     _print({"account_id": args.account_id, "balance_micros": balance})
     return 0
 

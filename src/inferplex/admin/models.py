@@ -10,12 +10,20 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from inferplex.auth import ALL_SCOPES
+from inferplex.errors import InvalidRequest
 
 DEFAULT_SCOPES = sorted(ALL_SCOPES - {"admin"})
 INT64_MAX = 2**63 - 1  # BIGINT, the type of every integer column an admin writes
+
+
+def invalid(exc: ValidationError) -> InvalidRequest:
+    """A body's first validation error as the 400 that names its field (the API and the CLI say the same)."""
+    first = exc.errors()[0]
+    param = ".".join(str(p) for p in first["loc"]) or None
+    return InvalidRequest(f"Invalid {param or 'body'}: {first['msg']}.", param=param)
 
 
 def nul_at(value: Any, where: str) -> str | None:

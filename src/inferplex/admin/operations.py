@@ -5,16 +5,48 @@ from __future__ import annotations
 from typing import Any
 
 from inferplex.accounts.keys import display_prefix, key_digest, new_key_id, new_secret
-from inferplex.admin.models import AccountCreate, KeyCreate
-from inferplex.errors import NotFound
+from inferplex.admin.models import INT64_MAX, AccountCreate, CreditChange, KeyCreate
+from inferplex.errors import InvalidRequest, NotFound
 from inferplex.store.keys import KeyRecord, KeyStore
 from inferplex.store.ledger import Account, Ledger
+
+_OUT_OF_RANGE = "22003"  # PostgreSQL's numeric_value_out_of_range: a BIGINT sum that overflowed
+
+
+async def credit(ledger: Ledger, account_id: str, change: CreditChange, param: str = "amount_micros") -> int:
+    """Add `change` to the account's balance: the new balance. Refused (400 naming `param`) if the balance
+    would leave the 64-bit range, where SQLite would turn it into a float that no longer equals its ledger
+    and PostgreSQL would fail the statement. The balance is read first; PostgreSQL's own overflow check
+    covers a concurrent top-up in between (SQLite's single writer leaves only another process, such as the
+    CLI, able to race it)."""
+    account = await ledger.account(account_id)
+    if account is None:
+        raise NotFound(f"No account {account_id!r}.", param="account_id", code="account_not_found")
+    after = account.balance_micros + change.amount_micros
+    if not -INT64_MAX <= after <= INT64_MAX:
+        raise _overflow(param, account.balance_micros)
+    try:
+        return await ledger.credit(account_id, change.amount_micros, kind=change.kind, note=change.note)
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) == _OUT_OF_RANGE:
+            raise _overflow(param, None) from None
+        raise
+
+
+def _overflow(param: str, balance: int | None) -> InvalidRequest:
+    now = "" if balance is None else f" (it is {balance})"
+    return InvalidRequest(
+        f"`{param}` would take the balance{now} beyond what a balance can hold (±{INT64_MAX} micro-USD).",
+        param=param,
+        code="balance_out_of_range",
+    )
 
 
 async def create_account(ledger: Ledger, body: AccountCreate) -> Account:
     account = await ledger.create_account(body.name, rpm=body.rpm, tpm=body.tpm, max_concurrent=body.max_concurrent)
     if body.credits_micros:
-        await ledger.credit(account.id, body.credits_micros, note="initial credits")
+        change = CreditChange(amount_micros=body.credits_micros, note="initial credits")
+        await credit(ledger, account.id, change, "credits_micros")
         found = await ledger.account(account.id)
         assert found is not None
         account = found
@@ -30,7 +62,8 @@ async def create_key(keys: KeyStore, ledger: Ledger, body: KeyCreate) -> tuple[K
             raise NotFound(f"No account {body.account_id!r}.", param="account_id", code="account_not_found")
         account_id = body.account_id
     if body.credits_micros:
-        await ledger.credit(account_id, body.credits_micros, note=f"credits with key {body.name}")
+        change = CreditChange(amount_micros=body.credits_micros, note=f"credits with key {body.name}")
+        await credit(ledger, account_id, change, "credits_micros")
     secret = new_secret()
     record = KeyRecord(
         id=new_key_id(),

@@ -19,7 +19,15 @@ from starlette.routing import Route
 from inferplex.accounts import tokens
 from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import operations as ops
-from inferplex.admin.models import AccountCreate, AccountUpdate, CreditChange, KeyCreate, KeyUpdate, TokenRequest
+from inferplex.admin.models import (
+    AccountCreate,
+    AccountUpdate,
+    CreditChange,
+    KeyCreate,
+    KeyUpdate,
+    TokenRequest,
+    invalid,
+)
 from inferplex.admin.openapi import openapi_document
 from inferplex.auth import credential, effective_scopes
 from inferplex.dialects.openai import render_error
@@ -42,9 +50,7 @@ async def _body(request: Request, model: type[B]) -> B:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        raise InvalidRequest(f"Invalid {param or 'body'}: {first['msg']}.", param=param) from None
+        raise invalid(exc) from None
 
 
 def _float(request: Request, name: str) -> float | None:
@@ -153,9 +159,8 @@ async def update_account(request: Request, ctx: Context) -> Response:
 
 async def change_credits(request: Request, ctx: Context) -> Response:
     s, account_id = _services(request), request.path_params["account_id"]
-    await _account_view(s, account_id)
     body = await _body(request, CreditChange)
-    await s.ledger.credit(account_id, body.amount_micros, kind=body.kind, note=body.note)
+    await ops.credit(s.ledger, account_id, body)
     return json_response(await _account_view(s, account_id))
 
 
