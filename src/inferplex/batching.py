@@ -72,6 +72,9 @@ class Batcher(Generic[I, O]):
         self._max = max_batch
         self._queue: list[tuple[I, asyncio.Future[O] | _Then[O], bool]] = []
         self._drainer: asyncio.Task[None] | None = None
+        self._added = 0  # items queued so far, ever
+        self._done = 0  # of those, the ones whose batch is over (applied, failed, or skipped)
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # `drained` callers: (their `_added`, future)
 
     def enqueue(self, item: I, *, keep: bool = False) -> asyncio.Future[O]:
         """Queue `item` now; its result (or the exception its batch raised) comes in the future. Lets a
@@ -90,6 +93,7 @@ class Batcher(Generic[I, O]):
 
     def _add(self, item: I, future: asyncio.Future[O] | _Then[O], keep: bool) -> None:
         self._queue.append((item, future, keep))
+        self._added += 1
         if self._drainer is None:
             self._drainer = asyncio.get_running_loop().create_task(self._drain())
 
@@ -97,37 +101,65 @@ class Batcher(Generic[I, O]):
         try:
             while self._queue:
                 batch, self._queue = self._queue[: self._max], self._queue[self._max :]
-                batch = [entry for entry in batch if entry[2] or not entry[1].cancelled()]  # nobody waits
-                if not batch:
-                    continue
                 try:
-                    results = await self._run([item for item, _, _ in batch])
-                    if len(results) != len(batch):
-                        raise RuntimeError(f"a batch of {len(batch)} got {len(results)} results")
-                except asyncio.CancelledError:  # shutdown: nobody will hear of these
-                    for _, future, _ in batch + self._queue:
-                        future.cancel()
-                    self._queue = []
-                    raise
-                except Exception as exc:
-                    for _, future, _ in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                for (item, future, _), result in zip(batch, results, strict=True):
-                    if not future.done():
-                        future.set_result(result)
-                    elif self._orphaned is not None:
-                        try:
-                            self._orphaned(item, result)
-                        except Exception:
-                            log.exception("could not give back what a cancelled call took")
+                    await self._apply(batch)
+                finally:
+                    self._done += len(batch)
+                    self._wake()
         finally:
             self._drainer = None
+            self._done = self._added
+            self._wake()
+
+    async def _apply(self, batch: list[tuple[I, asyncio.Future[O] | _Then[O], bool]]) -> None:
+        """Run one batch and hand each item its outcome."""
+        batch = [entry for entry in batch if entry[2] or not entry[1].cancelled()]  # nobody waits
+        if not batch:
+            return
+        try:
+            results = await self._run([item for item, _, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"a batch of {len(batch)} got {len(results)} results")
+        except asyncio.CancelledError:  # shutdown: nobody will hear of these
+            for _, future, _ in batch + self._queue:
+                future.cancel()
+            self._queue = []
+            raise
+        except Exception as exc:
+            for _, future, _ in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (item, future, _), result in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+            elif self._orphaned is not None:
+                try:
+                    self._orphaned(item, result)
+                except Exception:
+                    log.exception("could not give back what a cancelled call took")
+
+    def _wake(self) -> None:
+        """Tell the `drained` callers whose items are all over (the batch before the next has returned)."""
+        if self._waiters:
+            done = self._done
+            ready = [f for target, f in self._waiters if target <= done]
+            self._waiters = [(target, f) for target, f in self._waiters if target > done]
+            for f in ready:
+                if not f.done():
+                    f.set_result(None)
 
     async def drained(self) -> None:
-        """Wait until everything queued so far has been applied (at once if nothing is)."""
+        """Wait until everything queued so far has been applied (at once if nothing is). Items queued after
+        this call are not waited for: under steady load, and while each batch waits out an outage, a reader
+        (the admin API) waits for the batches before it, not for the queue to be empty."""
+        if self._drainer is None or self._done >= self._added:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._added, waiter))
+        await asyncio.shield(waiter)
+
+    async def aclose(self) -> None:
+        """At shutdown: everything queued is applied (or fails) before this returns; nothing is lost."""
         while self._drainer is not None:
             await asyncio.shield(self._drainer)
-
-    aclose = drained  # at shutdown, the same: nothing queued is lost

@@ -190,10 +190,17 @@ class StorageConfig(_Strict):
     how long the slots of a replica that died (or could not send a release) stay taken (limits/leases.py).
     `pool_size`: PostgreSQL connections per replica, all kept open; a request waits for a free one rather
     than opening (and then closing) an extra one, which costs more CPU than the queries themselves.
+    `timeout_s`: the deadline of every call to the database (a silent one costs a request this, then 503).
+    `spool_flush_s`: how often what a failed write left in the local spool is written again.
+    `orphan_release_s`: a reservation with no settlement this old is released (docs/accounts.md, "Under
+    store outages"); default: the longest `routing.max_deadline` of any model, plus ten minutes.
     """
 
     database_url: str | None = None
     pool_size: int = Field(20, ge=1, le=1000)
+    timeout_s: float = Field(5.0, gt=0, le=300)
+    spool_flush_s: float = Field(1.0, gt=0, le=3600)
+    orphan_release_s: float | None = Field(None, gt=0)
     redis_url: str | None = None
     redis_prefix: str = "inferplex:limits:"
     redis_failure: Literal["open", "closed"] = "open"

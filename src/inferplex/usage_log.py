@@ -2,8 +2,14 @@
 
 `record` only appends to an in-memory queue; a background task drains it into the database in batches, so
 a slow database never slows a request. `aclose` (called from the app's shutdown) drains what is left, so a
-graceful shutdown loses no rows. If the queue is full (the database is down for a long time), the oldest
-rows are kept and new ones are dropped with a warning rather than growing memory without bound.
+graceful shutdown loses no rows. If the queue is full, the oldest rows are kept and new ones are dropped
+with a warning rather than growing memory without bound; a batch leaves the queue every `interval_s`, so the
+queue fills only if the writer itself is stuck.
+
+A batch the database refuses is written again row by row (`append_each`), so one bad row costs one row. A
+batch that cannot reach the database (or stays silent past `storage.timeout_s`) goes to the spool on local
+disk (store/spool.py), written once the database is back (store/recovery.py), also after a restart. Without
+a spool (tests of the log alone), a failed batch is retried twice, then dropped with an error.
 """
 
 from __future__ import annotations
@@ -13,16 +19,30 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
+from inferplex.store.engine import unreachable
+from inferplex.store.spool import USAGE, Spool
+
 log = logging.getLogger("inferplex.usage")
 
 
 class UsageSink(Protocol):
     async def append(self, rows: list[dict[str, Any]]) -> None: ...
 
+    async def append_each(self, rows: list[dict[str, Any]]) -> int: ...
+
 
 class UsageLog:
-    def __init__(self, sink: UsageSink, *, batch_size: int = 500, interval_s: float = 0.2, max_queued: int = 100_000):
+    def __init__(
+        self,
+        sink: UsageSink,
+        *,
+        batch_size: int = 500,
+        interval_s: float = 0.2,
+        max_queued: int = 100_000,
+        spool: Spool | None = None,
+    ):
         self.sink = sink
+        self.spool = spool
         self.batch_size = batch_size
         self.interval_s = interval_s
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(max_queued)
@@ -61,6 +81,30 @@ class UsageLog:
                 await self._write(rows[i : i + self.batch_size])
 
     async def _write(self, rows: list[dict[str, Any]]) -> None:
+        if self.spool is None:
+            return await self._retried(rows)
+        try:
+            await self.sink.append(rows)
+            return
+        except Exception as exc:
+            if unreachable(exc) is not None:
+                return self._keep(rows, exc)
+            log.warning("a batch of %d usage rows was refused (%s); writing them one by one", len(rows), exc)
+        try:
+            await self.sink.append_each(rows)
+        except Exception as exc:  # the database went away meanwhile: the rest rows already written are skipped later
+            self._keep(rows, exc)
+
+    def _keep(self, rows: list[dict[str, Any]], error: BaseException) -> None:
+        assert self.spool is not None
+        try:
+            self.spool.put(USAGE, rows)
+        except Exception:
+            log.exception("could not keep %d usage rows in the spool; they are lost", len(rows))
+            return
+        log.warning("could not write %d usage rows (%s); kept in the spool", len(rows), type(error).__name__)
+
+    async def _retried(self, rows: list[dict[str, Any]]) -> None:
         for attempt in range(3):
             try:
                 await self.sink.append(rows)

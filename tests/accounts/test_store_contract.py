@@ -67,7 +67,9 @@ async def test_keys_update_revoke_and_rotate(db: Database) -> None:
     keys = KeyStore(db)
     record = _key("ipx-secret-bbbbbb")
     await keys.create(record)
-    updated = await keys.update(record.id, {"name": "renamed", "tpm": 100, "hash": "ignored"})
+    with pytest.raises(ValueError, match="not editable: hash"):  # refused whole, never skipped quietly
+        await keys.update(record.id, {"name": "renamed", "hash": "ignored"})
+    updated = await keys.update(record.id, {"name": "renamed", "tpm": 100})
     assert updated is not None and (updated.name, updated.tpm, updated.hash) == ("renamed", 100, record.hash)
     rotated = await keys.rotate(record.id, key_digest("ipx-new"), "ipx-new")
     assert rotated is not None and await keys.by_hash(record.hash) is None
@@ -297,3 +299,37 @@ async def test_driver_writes_beside_sqlalchemy_writes_each_commit_whole_or_not_a
         assert {r[0] for r in rows} == {f"gc{i}" for i in range(30) if i not in (7, 8)}
     finally:
         await db.aclose()
+
+
+def _replay_item(account: str, amount: int, request: str, *, if_reserved: bool = False) -> dict[str, Any]:
+    return {"account_id": account, "amount": amount, "request_id": request, "key_id": None, "note": None,
+            "if_reserved": if_reserved}  # fmt: skip
+
+
+async def test_a_replayed_settlement_lands_once_and_a_release_only_if_its_reservation_did(db: Database) -> None:
+    """What the spool writes back after an outage (store/recovery.py): its batch may have committed or not."""
+    ledger = Ledger(db)
+    account = await ledger.create_account("a")
+    await ledger.credit(account.id, 1000)
+    assert await ledger.reserve(account.id, 600, request_id="r1", key_id=None) == 400
+    settle_r1 = _replay_item(account.id, 350, "r1")
+    never_reserved = _replay_item(account.id, 100, "r2", if_reserved=True)
+    await ledger.replay([settle_r1, never_reserved])
+    await ledger.replay([settle_r1, _replay_item(account.id, 600, "r1", if_reserved=True)])  # both: settled
+    assert await _books(ledger, account.id) == ([("topup", 1000), ("reserve", -600), ("settle", 350)], 750)
+
+
+async def test_the_sweeper_finds_old_reservations_with_no_settlement(db: Database) -> None:
+    ledger = Ledger(db)
+    account = await ledger.create_account("a")
+    await ledger.credit(account.id, 1000)
+    for request in ("r1", "r2"):
+        await ledger.reserve(account.id, 100, request_id=request, key_id=None)
+    await ledger.settle(account.id, 100, 40, request_id="r2", key_id=None)
+    assert await ledger.orphans(0, time.time() - 60) == ([], False)  # none old enough yet
+    releases, done = await ledger.orphans(0, time.time() + 1)
+    assert [(r["request_id"], r["amount"]) for r in releases] == [("r1", 100)] and not done
+    await ledger.replay(releases)
+    await ledger.replay(releases)  # a second sweeper (another replica) finds it released: nothing more
+    assert (await ledger.orphans(0, time.time() + 1))[0] == []
+    assert (await _books(ledger, account.id))[1] == 1000 - 40

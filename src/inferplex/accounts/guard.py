@@ -279,7 +279,9 @@ class _Admission:
 def _settled(request_id: str, account_id: str, balance: int | None, error: BaseException | None) -> None:
     if isinstance(error, asyncio.CancelledError):  # shutdown cancelled its batch: nothing to tell
         return
-    if error is not None:
+    if isinstance(error, StoreUnavailable):  # kept in the spool (store/ledger.py), written when it is back
+        log.warning("settlement of request %s deferred: %s", request_id, error)
+    elif error is not None:
         log.error("settlement failed for request %s", request_id, exc_info=error)
     elif balance is None:
         log.error("settlement of request %s found no account %s", request_id, account_id)

@@ -16,6 +16,8 @@ from inferplex.store.engine import Database, default_url
 from inferplex.store.key_cache import CountedKeyCache, KeyCache, NotifiedKeyCache
 from inferplex.store.keys import KeyStore
 from inferplex.store.ledger import Ledger
+from inferplex.store.recovery import Recovery, spool_path
+from inferplex.store.spool import Spool
 from inferplex.store.usage import UsageStore
 from inferplex.usage_log import UsageLog
 
@@ -52,27 +54,32 @@ class AccountServices:
     guard: AccountGuard
     auth: KeyAuth
     token_secret: bytes
+    recovery: Recovery
 
     @classmethod
     async def start(cls, config: Config, master_key: str) -> AccountServices:
-        db = Database(database_url(config), config.storage.pool_size)
+        db = Database(database_url(config), config.storage.pool_size, config.storage.timeout_s)
         await db.migrate()
         cache: KeyCache = CountedKeyCache(db.key_generation) if db.is_sqlite else NotifiedKeyCache(db.dsn)
         cache.start()
-        keys, ledger, usage = KeyStore(db, cache), Ledger(db), UsageStore(db)
-        usage_log = UsageLog(usage)
+        spool = Spool(spool_path(config))  # what a store outage could not take (store/recovery.py)
+        keys, ledger, usage = KeyStore(db, cache), Ledger(db, spool), UsageStore(db)
+        usage_log = UsageLog(usage, spool=spool)
         usage_log.start()
+        recovery = Recovery.configured(config, ledger, usage, spool)
+        recovery.start()
         limits = limit_store(config)
         poll = 0.01 if config.storage.redis_url else 0.25
         guard = AccountGuard(ledger, limits, FairSlots(limits, poll), usage_log, config.accounts)
         secret_ref = config.accounts.token_secret
         secret = load_secret(secret_ref.get_secret_value() if secret_ref else None, config.server.data_dir)
         auth = KeyAuth(master_key, keys, secret, config.accounts.trusted_proxies)
-        return cls(config, db, keys, ledger, usage, usage_log, limits, guard, auth, secret)
+        return cls(config, db, keys, ledger, usage, usage_log, limits, guard, auth, secret, recovery)
 
     async def aclose(self) -> None:
         await self.ledger.aclose()
         await self.usage_log.aclose()
+        await self.recovery.aclose()  # a last try at what the two above could not write
         await self.limits.aclose()
         if self.keys.cache is not None:
             await self.keys.cache.aclose()

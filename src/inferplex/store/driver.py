@@ -87,11 +87,16 @@ class OwnConnection:
     next call opens another (so PostgreSQL ending it, a restart, costs nothing more)."""
 
     def __init__(
-        self, dsn: str, name: str, setup: Callable[[asyncpg.Connection], Awaitable[None]] | None = None
+        self,
+        dsn: str,
+        name: str,
+        setup: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+        timeout_s: float = 60.0,
     ) -> None:
         self._dsn = dsn
         self._name = name
         self._setup = setup
+        self._timeout_s = timeout_s  # the connect timeout (the caller bounds the whole call: Database)
         self._conn: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()  # uncontended when its one caller is serial
 
@@ -99,7 +104,9 @@ class OwnConnection:
         async with self._lock:
             conn = self._conn
             if conn is None or conn.is_closed():
-                conn = await asyncpg.connect(self._dsn, server_settings={"application_name": self._name})
+                conn = await asyncpg.connect(
+                    self._dsn, server_settings={"application_name": self._name}, timeout=self._timeout_s
+                )
                 if self._setup is not None:
                     await self._setup(conn)
                 self._conn = conn
@@ -111,6 +118,10 @@ class OwnConnection:
                 raise
 
     async def close(self) -> None:
+        """Close gracefully if the database answers within the connect timeout, else drop the socket."""
         if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+            conn, self._conn = self._conn, None
+            try:
+                await conn.close(timeout=self._timeout_s)
+            except Exception:
+                conn.terminate()

@@ -17,6 +17,13 @@ compiled once by SQLAlchemy and run on the driver itself (store/driver.py): asyn
 or the sqlite3 handle of the thread's connection. SQLAlchemy's per-execution work (and on PostgreSQL its
 async greenlet layer) cost several times the query itself (docs/benchmarks.md).
 
+Every call to PostgreSQL has a deadline (`storage.timeout_s`): a database that goes silent (packets dropped,
+no reset) costs a request at most that long, then a 503 `store_unavailable`, instead of holding it until
+TCP gives up. The per-request calls take the shared `Deadline` (one timer per event loop), and a connection
+whose call failed or ran out of time is closed, never reused; SQLAlchemy's connections (admin calls) take
+asyncpg's own connect and command timeouts, and are pinged when taken from the pool, so the first admin call
+after an outage gets a fresh connection rather than one the outage broke.
+
 Migrations run through Alembic with a programmatic config (no alembic.ini): under a PostgreSQL advisory
 lock, or an exclusive file lock beside the SQLite file, so replicas starting together upgrade once.
 """
@@ -42,6 +49,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql import ClauseElement
 
+from inferplex.deadlines import Deadline
 from inferplex.store.driver import (
     DriverStatement,
     OwnConnection,
@@ -59,6 +67,7 @@ _ADVISORY_LOCK = 0x1F3A_C0DE  # any fixed 64-bit number, the same in every repli
 ADMIN_POOL = 4  # SQLAlchemy's connections per replica on PostgreSQL, beside `pool_size` for requests
 BATCH_CONNECTION = "inferplex-ledger"  # the application_name of the ledger batcher's own connection
 USAGE_CONNECTION = "inferplex-usage"  # and of the usage log writer's
+DEFAULT_TIMEOUT_S = 5.0  # storage.timeout_s: the longest any one call to PostgreSQL may take
 
 
 class StoreUnavailable(Exception):
@@ -108,10 +117,11 @@ def _sqlite_path(url: str) -> Path | None:
 
 
 class Database:
-    def __init__(self, url: str, pool_size: int = 20) -> None:
+    def __init__(self, url: str, pool_size: int = 20, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         self.pool_size = pool_size
+        self.timeout_s = timeout_s
         self._driver_pool: asyncpg.Pool | None = None
         self._driver_lock = asyncio.Lock()
         self._batch_conn: OwnConnection | None = None  # PostgreSQL: the ledger batcher's own connection
@@ -139,11 +149,19 @@ class Database:
             # included), the dominant cost under load (docs/benchmarks.md); waiting for one is cheaper.
             # Admin reads and writes and migrations only: requests use the driver pool (`fetchrow`), the
             # ledger's and the usage log's batches a connection each of their own.
-            self._async = create_async_engine(url, pool_size=ADMIN_POOL, max_overflow=0, pool_timeout=30)
+            # Pre-ping: a connection an outage broke is replaced when taken, not reported as a 503 after it.
+            self._async = create_async_engine(
+                url,
+                pool_size=ADMIN_POOL,
+                max_overflow=0,
+                pool_timeout=timeout_s,
+                pool_pre_ping=True,
+                connect_args={"timeout": timeout_s, "command_timeout": timeout_s},
+            )
             # Reads and single-statement writes need no BEGIN/COMMIT round trips.
             self._autocommit = self._async.execution_options(isolation_level="AUTOCOMMIT")
-            self._batch_conn = OwnConnection(self.dsn, BATCH_CONNECTION, json_codecs)
-            self._copy_conn = OwnConnection(self.dsn, USAGE_CONNECTION)
+            self._batch_conn = OwnConnection(self.dsn, BATCH_CONNECTION, json_codecs, timeout_s)
+            self._copy_conn = OwnConnection(self.dsn, USAGE_CONNECTION, None, timeout_s)
 
     @property
     def dialect(self) -> Dialect:
@@ -167,14 +185,37 @@ class Database:
                 with contextlib.suppress(sqlite3.OperationalError):
                     return first_row(self._loop_reader, statement, params)
             return await self._on(self._reader_threads, self._reader, lambda conn: row_of(conn, statement, params))
-        row: Mapping[str, Any] | None = await (await self._pool()).fetchrow(statement.sql, *statement.args(params))
+        args = statement.args(params)
+        try:
+            return await self._fetchrow(statement.sql, args)
+        except UNREACHABLE as exc:
+            if isinstance(exc, TimeoutError):  # silent past the deadline: asking again would only wait again
+                raise
+            # A read may be asked twice: a connection the outage broke shows it only when next used.
+            return await self._fetchrow(statement.sql, args)
+
+    async def _fetchrow(self, sql: str, args: list[Any]) -> Mapping[str, Any] | None:
+        """One read on a pooled driver connection, within the deadline; a connection whose read failed or
+        ran out of time is closed, not given back to serve the next request (asyncpg would wait to cancel
+        its statement, which on a silent network is as long as the outage)."""
+        with Deadline(self.timeout_s):
+            pool = await self._pool()
+            conn = await pool.acquire()
+            try:
+                row: Mapping[str, Any] | None = await conn.fetchrow(sql, *args)
+            except BaseException:
+                conn.terminate()
+                raise
+            finally:
+                await pool.release(conn)
         return row
 
     async def fetch_batch(self, sql: str, *args: Any) -> list[Mapping[str, Any]]:
         """PostgreSQL: run `sql` (asyncpg's $n placeholders) for a batcher (batching.py); all its rows. On a
-        connection of the batcher's own (driver.OwnConnection)."""
+        connection of the batcher's own (driver.OwnConnection), within the deadline."""
         assert self._batch_conn is not None
-        rows: list[Mapping[str, Any]] = await self._batch_conn.run(lambda conn: conn.fetch(sql, *args))
+        with Deadline(self.timeout_s):
+            rows: list[Mapping[str, Any]] = await self._batch_conn.run(lambda conn: conn.fetch(sql, *args))
         return rows
 
     async def copy_rows(self, table: str, columns: Sequence[str], records: list[tuple[Any, ...]]) -> None:
@@ -182,7 +223,8 @@ class Database:
         third of the client CPU of a multi-row INSERT and two thirds of the database's (docs/benchmarks.md);
         JSON columns are passed as text, which binary COPY takes as it is."""
         assert self._copy_conn is not None
-        await self._copy_conn.run(lambda conn: conn.copy_records_to_table(table, records=records, columns=columns))
+        with Deadline(self.timeout_s):
+            await self._copy_conn.run(lambda conn: conn.copy_records_to_table(table, records=records, columns=columns))
 
     def key_generation(self) -> int | None:
         """SQLite: `key_changes.generation` (migration 0003) read on the event loop's own connection, or None
@@ -207,15 +249,19 @@ class Database:
         async with self._driver_lock:
             if self._driver_pool is None:
                 self._driver_pool = await asyncpg.create_pool(
-                    self.dsn, min_size=1, max_size=self.pool_size, init=json_codecs, reset=keep_session
+                    self.dsn,
+                    min_size=1,
+                    max_size=self.pool_size,
+                    init=json_codecs,
+                    reset=keep_session,
+                    timeout=self.timeout_s,
                 )
             return self._driver_pool
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` in one transaction, committed if it returns, rolled back if it raises."""
         if self._async is not None:
-            async with self._async.begin() as conn:
-                return await conn.run_sync(fn)
+            return await self._bounded(fn, transaction=True)
         return await self._writer.write(fn)
 
     async def write_driver(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -230,10 +276,32 @@ class Database:
     async def single(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn`, which issues ONE statement (atomic by itself): no transaction round trips around it."""
         if self._async is not None:
-            async with self._autocommit.connect() as conn:
-                return await conn.run_sync(fn)
+            return await self._bounded(fn, transaction=False)
         assert self._reader is not None
         return await self._on(self._reader_threads, self._reader, fn)
+
+    async def _bounded(self, fn: Callable[[Connection], T], *, transaction: bool) -> T:
+        """PostgreSQL: `fn` on a SQLAlchemy connection (in a transaction, or autocommit), the whole call (the
+        wait for a pooled connection, its ping, the statements, the commit) within the deadline. A connection
+        that ran out of time or lost the database is invalidated (closed at once, not pinged or rolled back
+        on a network that may be silent), so it never comes back from the pool."""
+        assert self._async is not None
+        conn = (self._async if transaction else self._autocommit).connect()
+        try:
+            with Deadline(self.timeout_s):
+                await conn.start()
+                if not transaction:
+                    return await conn.run_sync(fn)
+                async with conn.begin():
+                    return await conn.run_sync(fn)
+        except BaseException as exc:
+            if conn.sync_connection is not None and (
+                isinstance(exc, (TimeoutError, asyncio.CancelledError)) or unreachable(exc) is not None
+            ):
+                await conn.invalidate()
+            raise
+        finally:
+            await conn.close()
 
     @staticmethod
     async def _on(pool: ThreadPoolExecutor, engine: Engine, fn: Callable[[Connection], T]) -> T:
@@ -277,9 +345,16 @@ class Database:
             for own in (self._batch_conn, self._copy_conn):
                 if own is not None:
                     await own.close()
+            # Graceful if the database answers; a silent one must not hold the shutdown past the deadline.
             if self._driver_pool is not None:
-                await self._driver_pool.close()
-            await self._async.dispose()
+                try:
+                    await asyncio.wait_for(self._driver_pool.close(), self.timeout_s)
+                except Exception:
+                    self._driver_pool.terminate()
+            try:
+                await asyncio.wait_for(self._async.dispose(), self.timeout_s)
+            except Exception:
+                await self._async.dispose(close=False)
             return
         assert self._sync is not None and self._reader is not None
         loop = asyncio.get_running_loop()

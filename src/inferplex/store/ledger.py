@@ -8,6 +8,12 @@ row (`SELECT ... FOR UPDATE`, accounts in id order, so concurrent batches cannot
 SQLite the writer holds the database's write lock for the whole batch (store/engine.py). Either way a
 reservation is applied only if the balance covers it, a balance never goes below what was reserved, and
 `balance == sum(ledger.amount)` holds after every transaction.
+
+A batch that fails because the database cannot be reached (or stays silent past `storage.timeout_s`) may or
+may not have committed: no client can tell. Its settlements are kept in the spool (store/spool.py), and its
+reservations are kept as releases, to be replayed once the database is back (`replay`, store/recovery.py):
+a replayed settlement is applied only if the request has no settlement yet, and a release only if its
+reservation was applied and not settled. So every reservation is settled or released exactly once.
 """
 
 from __future__ import annotations
@@ -22,12 +28,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import and_, bindparam, exists, func, insert, select, update
+from sqlalchemy.engine import Connection
 
 from inferplex.batching import Batcher
 from inferplex.store import tables as t
 from inferplex.store.driver import first_row
 from inferplex.store.engine import UNREACHABLE, Database, StoreUnavailable
+from inferplex.store.spool import MOVE, Spool
 
 log = logging.getLogger("inferplex.accounts")
 
@@ -116,14 +124,54 @@ def bool_array(values: Sequence[bool]) -> str:
     return "{" + ",".join(["t" if v else "f" for v in values]) + "}"
 
 
+class Spooled(StoreUnavailable):
+    """The batch could not be written now; its settlements (and releases of its reservations) are in the
+    spool, to be written exactly once when the database is back."""
+
+
+def _replayed(
+    account_id: str, amount: int, request_id: str, key_id: str | None, note: str | None, *, if_reserved: bool
+) -> dict[str, Any]:
+    """A move for `Ledger.replay`: a settlement (what the request's reservation gives back), applied once per
+    request; `if_reserved`: a release, applied only if the request's reservation was."""
+    return {"account_id": account_id, "amount": amount, "request_id": request_id, "key_id": key_id,
+            "note": note, "if_reserved": if_reserved}  # fmt: skip
+
+
+def _spooled(moves: Sequence[Move]) -> list[dict[str, Any]]:
+    """What a failed batch leaves to replay: each settlement as it was, each reservation as its release
+    (applied only if the reservation itself was). Top-ups are not batched (`credit` answers its caller)."""
+    out = []
+    for m in moves:
+        if m.request_id is None:
+            continue
+        if m.conditional:
+            note = "released: its batch failed"
+            out.append(_replayed(m.account_id, -m.amount, m.request_id, m.key_id, note, if_reserved=True))
+        else:
+            out.append(_replayed(m.account_id, m.amount, m.request_id, m.key_id, m.note, if_reserved=False))
+    return out
+
+
 def _settlement(account_id: str, returned: int, request_id: str | None, key_id: str | None) -> Move:
     """A settlement: what a reservation gives back (negative: takes beyond it); applied whatever the balance."""
     return Move(account_id, "settle", returned, False, request_id, key_id)
 
 
 def _refunded(request_id: str | None, balance: int | None, error: BaseException | None) -> None:
-    if error is not None and not isinstance(error, asyncio.CancelledError):
+    if isinstance(error, Spooled):
+        log.warning("the reservation of cancelled request %s is kept to give back later: %s", request_id, error)
+    elif error is not None and not isinstance(error, asyncio.CancelledError):
         log.error("could not give back the reservation of cancelled request %s", request_id, exc_info=error)
+
+
+def _has(account_id: Any, request_id: Any, kind: str) -> Any:
+    """Whether the account's ledger holds a row of `kind` for `request_id` (ix_ledger_request_id, migration
+    0006)."""
+    other = t.ledger.alias("other")
+    return exists().where(
+        and_(other.c.request_id == request_id, other.c.account_id == account_id, other.c.kind == kind)
+    )
 
 
 def _order(moves: Sequence[Move]) -> list[int]:
@@ -132,11 +180,12 @@ def _order(moves: Sequence[Move]) -> list[int]:
 
 
 class Ledger:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, spool: Spool | None = None) -> None:
         self.db = db
+        self.spool = spool
         self._balance, self._add, self._entry = (db.driver_statement(q) for q in (_BALANCE, _ADD, _ENTRY))
         # Every request's reservation and settlement go through here: concurrent ones share one round trip.
-        self._batch: Batcher[Move, int | None] = Batcher(self.move_many, orphaned=self._orphaned)
+        self._batch: Batcher[Move, int | None] = Batcher(self._batched, orphaned=self._orphaned)
 
     async def create_account(
         self, name: str, *, rpm: int | None = None, tpm: int | None = None, max_concurrent: int | None = None
@@ -217,6 +266,72 @@ class Ledger:
             return await self._apply(moves)
         except UNREACHABLE as exc:
             raise StoreUnavailable(f"the credit ledger cannot be reached ({type(exc).__name__}: {exc})") from exc
+
+    async def _batched(self, moves: list[Move]) -> list[int | None]:
+        """`move_many` for the batcher: a batch the database did not take is spooled, then reported."""
+        try:
+            return await self.move_many(moves)
+        except StoreUnavailable as exc:
+            if self.spool is None:
+                raise
+            kept = self.spool.put(MOVE, _spooled(moves))
+            raise Spooled(f"{exc}; {kept} settlements and releases kept in the spool") from exc
+
+    async def replay(self, items: Sequence[dict[str, Any]]) -> None:
+        """Write spooled settlements and releases, each at most once, in one transaction: one whose request
+        already has a settlement (its batch committed after all, or the sweeper came first) is skipped, and
+        a release whose reservation was never applied too. Each account's row is locked first (accounts in
+        id order), which serialises this with every other move of the account. Raises if the database
+        cannot be reached; then nothing was written, or everything was and the next replay skips it all."""
+        now = time.time()
+        acc = t.accounts.c
+
+        def run(conn: Connection) -> None:
+            for item in sorted(items, key=lambda i: str(i["account_id"])):
+                account, request = item["account_id"], item["request_id"]
+                locked = select(acc.balance_micros).where(acc.id == account).with_for_update()
+                if conn.execute(locked).first() is None:
+                    continue
+                if conn.execute(select(_has(account, request, "settle"))).scalar():
+                    continue
+                if item["if_reserved"] and not conn.execute(select(_has(account, request, "reserve"))).scalar():
+                    continue
+                amount = int(item["amount"])
+                add = update(t.accounts).where(acc.id == account).values(balance_micros=acc.balance_micros + amount)
+                conn.execute(add)
+                values = (account, "settle", amount, request, item["key_id"], item["note"], now)
+                conn.execute(insert(t.ledger).values(dict(zip(_ENTRY_COLUMNS, values, strict=True))))
+
+        await self.db.write(run)
+
+    async def orphans(self, after: int, before: float, window: int = 5000) -> tuple[list[dict[str, Any]], bool]:
+        """The sweeper's look at ledger ids `after`+1 to `after`+`window`: its reservations made before
+        `before` (UNIX seconds) with no settlement, as releases for `replay`; and whether the window is done
+        with (every row in it older than `before`, and rows after it), so the next look starts after it.
+        A window is a range of the primary key, so each look costs about `window` rows, however long the
+        ledger; a row older than `before` is committed, since `before` is far older than any transaction."""
+        led = t.ledger.c
+        in_window = and_(led.id > after, led.id <= after + window)
+        span = select(func.max(led.created_at)).where(in_window)
+        unsettled = select(led.account_id, led.amount_micros, led.request_id, led.key_id).where(
+            in_window,
+            led.kind == "reserve",
+            led.created_at < before,
+            led.request_id.is_not(None),
+            ~_has(led.account_id, led.request_id, "settle"),
+        )
+
+        def run(conn: Connection) -> tuple[Any, list[Any], int]:
+            youngest = conn.execute(span).scalar()
+            rows = list(conn.execute(unsettled).all())
+            return youngest, rows, int(conn.execute(select(func.coalesce(func.max(led.id), 0))).scalar_one())
+
+        youngest, rows, newest = await self.db.read(run)
+        note = "released: no settlement within the orphan bound"
+        releases = [
+            _replayed(r.account_id, -r.amount_micros, r.request_id, r.key_id, note, if_reserved=True) for r in rows
+        ]
+        return releases, newest > after + window and (youngest is None or youngest < before)
 
     async def _apply(self, moves: list[Move]) -> list[int | None]:
         now = time.time()

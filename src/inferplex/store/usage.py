@@ -1,16 +1,27 @@
-"""The usage table: rows appended in batches by `usage_log.UsageLog`, read by the admin API and CLI."""
+"""The usage table: rows appended in batches by `usage_log.UsageLog`, read by the admin API and CLI.
+
+A batch goes in whole (one COPY on PostgreSQL), so one row PostgreSQL refuses (a NUL character in a text
+column: its text types cannot hold one) would fail all of them; `append_each` is the fallback that writes
+the batch row by row, each cleaned first, so a bad row costs that row at most. It is also how spooled rows
+are written (store/recovery.py): a row is inserted only if its request has none yet, so a batch that may
+have committed before its connection broke is never written twice.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from sqlalchemy import JSON, Select, func, insert, select
+from sqlalchemy.engine import Connection
 
 from inferplex.store import tables as t
-from inferplex.store.engine import Database
+from inferplex.store.engine import Database, unreachable
+
+log = logging.getLogger("inferplex.usage")
 
 GROUPS = ("day", "model", "key", "account", "tag")
 COLUMNS = tuple(c.name for c in t.usage.columns if c.name != "id")
@@ -48,6 +59,27 @@ def _json(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value).decode()
 
 
+def cleaned(value: Any) -> Any:
+    """`value` with every NUL character in its strings (keys and nested values too) replaced by U+FFFD:
+    PostgreSQL's text types cannot hold NUL, and a caller can send one (`"user": "a\\u0000b"`)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, list):
+        return [cleaned(v) for v in value]
+    if isinstance(value, dict):
+        return {cleaned(k): cleaned(v) for k, v in value.items()}
+    return value
+
+
+def _insert_once(row: dict[str, Any], conn: Connection) -> bool:
+    """Insert `row` unless its request already has a usage row (ix_usage_request_id, migration 0006)."""
+    found = conn.execute(select(t.usage.c.id).where(t.usage.c.request_id == row["request_id"]).limit(1)).first()
+    if found is not None:
+        return False
+    conn.execute(insert(t.usage).values(row))
+    return True
+
+
 class UsageStore:
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -67,6 +99,21 @@ class UsageStore:
                 await self.db.write_driver(lambda conn: conn.executemany(self._sql, params))
             else:
                 await self.db.copy_rows(t.usage.name, self._names, params)
+
+    async def append_each(self, rows: list[dict[str, Any]]) -> int:
+        """Write `rows` one by one, each cleaned (`cleaned`) and only if its request has no row yet; a row the
+        database still refuses is logged and dropped, alone. How many were written. Raises if the database
+        cannot be reached (what was written stays written: calling again skips it)."""
+        written = 0
+        for row in rows:
+            clean = {k: cleaned(row[k]) for k in COLUMNS}
+            try:
+                written += await self.db.write(lambda conn, r=clean: _insert_once(r, conn))  # type: ignore[misc]
+            except Exception as exc:
+                if unreachable(exc) is not None:
+                    raise
+                log.error("the usage row of request %s cannot be written; dropped: %s", row.get("request_id"), exc)
+        return written
 
     async def rows(self, where: UsageFilter, limit: int = 100) -> list[dict[str, Any]]:
         query = where.apply(select(t.usage)).order_by(t.usage.c.created_at.desc(), t.usage.c.id.desc()).limit(limit)
