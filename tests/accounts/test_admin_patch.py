@@ -133,6 +133,11 @@ def test_limits_and_expiry_cleared_with_null(admin: Admin, server: GatewayServer
         ({"scopes": ["root"]}, "scopes"),
         ({"allowed_ips": ["not-an-ip"]}, "allowed_ips"),
         ({"enforced_processors": ["teleport"]}, "enforced_processors"),
+        # options every request of the key would be refused for: refused when written instead
+        ({"enforced_processors": [{"name": "pii_redact", "x": 1}]}, "enforced_processors"),
+        ({"default_processors": [{"name": "pii_redact", "mode": "bogus"}]}, "default_processors"),
+        ({"enforced_processors": [{"name": "injection_guard", "threshold": "high"}]}, "enforced_processors"),
+        ({"default_processors": [{"name": "language", "language": 5}]}, "default_processors"),
         ({"account_id": "acct_other"}, "account_id"),
         ({"hash": "0" * 64}, "hash"),
         ({"revoked_at": None}, "revoked_at"),

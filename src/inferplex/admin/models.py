@@ -83,11 +83,13 @@ def _check_ips(value: list[str] | None) -> list[str] | None:
 
 
 def _check_processors(value: list[Any] | None) -> list[Any] | None:
-    """Unknown processor names are refused when the key is written, not on every later request."""
+    """Unknown processor names, and options a processor refuses, are refused when the key is written:
+    otherwise every later request of the key would be refused for them instead. Each processor is built
+    once here with its options, as a request would build it (cheap: no model is loaded)."""
     if value is None:
         return value
-    from inferplex.errors import InvalidRequest
-    from inferplex.processors.base import known_processors
+    from inferplex.processors.base import Env, known_processors
+    from inferplex.processors.chain import build
     from inferplex.processors.spec import parse_list
 
     try:
@@ -97,6 +99,10 @@ def _check_processors(value: list[Any] | None) -> list[Any] | None:
     unknown = sorted({s.name for s in specs} - known_processors())
     if unknown:
         raise ValueError(f"unknown processor(s): {', '.join(unknown)} (known: {', '.join(sorted(known_processors()))})")
+    try:
+        build(specs, Env())
+    except InvalidRequest as err:
+        raise ValueError(err.message) from None
     return value
 
 
