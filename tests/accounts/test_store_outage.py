@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
+
+from inferplex.store.engine import _ADVISORY_LOCK, Database
 
 from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
@@ -74,3 +78,25 @@ def test_admin_calls_and_key_lookups_answer_503_while_postgresql_is_unreachable(
             balance = admin.account(account)["balance_micros"]
             assert balance == sum(e["amount_micros"] for e in admin.ledger(account))  # nothing half-written
             admin.close()
+
+
+def test_a_migration_may_outlast_the_store_deadline(pg_url: str) -> None:
+    """The deadline bounds each call a request or an admin makes, not the start-up migration: a replica
+    waiting for another's migration (the advisory lock), or building an index on a long table, must not
+    fail to start because that takes longer than `storage.timeout_s`."""
+
+    async def run() -> None:
+        other = await asyncpg.connect(pg_url.replace("postgresql+asyncpg", "postgresql"))
+        await other.execute("SELECT pg_advisory_lock($1)", _ADVISORY_LOCK)  # another replica migrating
+        db = Database(pg_url, timeout_s=0.2)
+        try:
+            migrating = asyncio.create_task(db.migrate())
+            await asyncio.sleep(1.0)
+            assert not migrating.done()  # waits for the lock, past the deadline
+            await other.execute("SELECT pg_advisory_unlock($1)", _ADVISORY_LOCK)
+            await asyncio.wait_for(migrating, 30)
+        finally:
+            await other.close()
+            await db.aclose()
+
+    asyncio.run(run())

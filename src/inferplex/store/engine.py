@@ -46,7 +46,7 @@ from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import QueuePool
+from sqlalchemy.pool import NullPool, QueuePool
 from sqlalchemy.sql import ClauseElement
 
 from inferplex.deadlines import Deadline
@@ -316,15 +316,21 @@ class Database:
         if self._async is None:
             await asyncio.get_running_loop().run_in_executor(self._writer_thread, self._migrate_sqlite)
             return
-        async with self._async.connect() as conn:
-            await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_LOCK})
-            await conn.commit()
-            try:
-                await conn.run_sync(_upgrade)
+        # A connection of its own, without the per-call deadline: a migration (an index built on a long
+        # table), or the wait for another replica's, may rightly take longer than any request's call.
+        engine = create_async_engine(self.url, poolclass=NullPool, connect_args={"timeout": self.timeout_s})
+        try:
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_LOCK})
                 await conn.commit()
-            finally:
-                await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_LOCK})
-                await conn.commit()
+                try:
+                    await conn.run_sync(_upgrade)
+                    await conn.commit()
+                finally:
+                    await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_LOCK})
+                    await conn.commit()
+        finally:
+            await engine.dispose()
 
     def _migrate_sqlite(self) -> None:
         assert self._sync is not None
