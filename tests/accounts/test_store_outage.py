@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from inferplex.store.engine import _ADVISORY_LOCK, Database
-
 from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.tcp_proxy import TcpProxy
