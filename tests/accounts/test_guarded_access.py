@@ -2,7 +2,7 @@
 seen to fail with a one- or two-line change to the rule it names, so none of them can pass by accident.
 
 - a key's model allowlist also governs the models a request falls back to (`models: [...]`, or a model's
-  configured `routing.fallbacks`), `/v1/messages/count_tokens` and `GET /v1/models/{id}`;
+  configured `routing.fallbacks`), `/v1/messages/count_tokens`, `GET /v1/models/{id}` and `/v1/endpoints`;
 - `X-Forwarded-For` counts for `allowed_ips` only when the peer is a configured trusted proxy. The gateway
   is reached from 127.0.0.1 (not trusted here) and from 127.0.0.2 (trusted): two peers, one gateway;
 - a token is refused once its lifetime has passed.
@@ -118,6 +118,18 @@ def test_get_model_applies_the_model_allowlist(server: GatewayServer, admin: Adm
     # the master key sees it: the 404 above is the allowlist, not a missing model
     master = openai.OpenAI(base_url=server.base_url, api_key=server.master_key, max_retries=0)
     assert master.models.retrieve("guarded-b").id == "guarded-b"
+
+
+def test_the_endpoint_list_applies_the_model_allowlist(server: GatewayServer, admin: Admin) -> None:
+    key = admin.create_key(allowed_models=["flaky"], credits_micros=10**6)["key"]
+
+    def listed(credential: str) -> set[str]:
+        r = httpx.get(server.base_url + "/endpoints", headers={"Authorization": f"Bearer {credential}"}, timeout=10)
+        assert r.status_code == 200, r.text
+        return {row["model"] for row in r.json()["data"]}
+
+    assert listed(key) == {"flaky"}
+    assert {"flaky", "guarded-b", "priced"} <= listed(server.master_key)
 
 
 # ---- X-Forwarded-For and allowed_ips ------------------------------------------------------------------------

@@ -7,10 +7,12 @@ The fake upstream counts a word as a token: "hi" is 1 prompt token, and the echo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from inferplex.accounts.pricing import estimate_prompt_tokens
@@ -125,6 +127,31 @@ def test_settlement_uses_the_flex_price_on_the_flex_tier(
     default = post(server, created["key"], model=model)
     assert charged(default) == 2 * default_price
     assert assert_reconciles(admin, created["account_id"]) == 10_000 - 2 * flex_price - 2 * default_price
+
+
+@pytest.mark.parametrize("model,flex_price", [("flexible", 2), ("deployment-flex", 3)], ids=["model", "deployment"])
+def test_a_flex_streams_last_chunk_reports_the_flex_cost_it_is_charged(
+    server: GatewayServer, admin: Admin, model: str, flex_price: int
+) -> None:
+    """A stream's last chunk carries its cost before settlement books it: both must use the tier's price."""
+    created = admin.create_key(credits_micros=10_000)
+    client = openai.OpenAI(base_url=server.base_url, api_key=created["key"], max_retries=0)
+    chunks = list(
+        client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+            service_tier="flex",
+        )
+    )
+    last = chunks[-1].model_dump()
+    assert last["usage"]["completion_tokens"] == 2
+    assert last["cost"] == {"currency": "USD", "micros": 2 * flex_price}
+    deadline = time.monotonic() + 10
+    while assert_reconciles(admin, created["account_id"]) == 10_000 and time.monotonic() < deadline:
+        time.sleep(0.02)  # a stream settles when it closes, just after its last chunk
+    assert assert_reconciles(admin, created["account_id"]) == 10_000 - 2 * flex_price
 
 
 # ---- cost rounding -----------------------------------------------------------------------------------------

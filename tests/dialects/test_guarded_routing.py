@@ -5,6 +5,8 @@ endpoint (or a key with no allowlist). A key that may use the model but not the 
 endpoint does not exist, exactly as for an unknown one, so the answer does not reveal it: in OneInfer's
 envelope that is its 400 `endpoint_not_found` (OneInfer's status table has no 404 for a chat request), on
 the OpenAI route a 404. The test was seen to fail with the allowlist check removed from the router's plan.
+Unify's `GET /v0/endpoints` lists only what the key may use (it listed everything with its filter removed,
+and no test noticed).
 """
 
 from __future__ import annotations
@@ -93,3 +95,16 @@ def test_a_key_whose_allowlist_names_the_endpoint_reaches_it(
     assert_success(r)
     assert r.headers["x-inferplex-deployment"] == DEDICATED
     assert dedicated_hits(fake_openai) == before + 1
+
+
+def test_unify_endpoint_list_applies_the_model_allowlist(server: GatewayServer, admin: Admin) -> None:
+    key = admin.create_key(allowed_models=["llama-*"])["key"]
+
+    def listed(credential: str) -> list[str]:
+        r = httpx.get(server.url + "/v0/endpoints", headers={"Authorization": f"Bearer {credential}"}, timeout=10)
+        assert r.status_code == 200, r.text
+        names: list[str] = r.json()
+        return names
+
+    assert listed(key) == ["llama-3.1-8b@groq"]
+    assert {"llama-3.1-8b@groq", "gpt-4o-mini@openai", "claude-sonnet-4-6@anthropic"} <= set(listed(server.master_key))
