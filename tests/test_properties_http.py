@@ -10,6 +10,7 @@ and unknown ones, top level and nested), or deletes it. Bounded by max_examples;
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +31,7 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 
 MASTER = "ipx-test-master-key"
-EXAMPLES = 60
+EXAMPLES = int(os.environ.get("INFERPLEX_FUZZ_EXAMPLES", "60"))  # deeper: set it higher
 
 # Any JSON value: scalars (huge and tiny numbers, odd strings), and small nested lists and objects.
 json_values = st.recursive(

@@ -15,6 +15,7 @@ Bounded by max_examples; deadline off (pydantic validation of generated requests
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import orjson
@@ -35,7 +36,12 @@ from inferplex.translate import openai_to_anthropic as o2a
 from inferplex.translate import openai_to_bedrock as o2b
 from inferplex.translate import openai_to_gemini as o2g
 
-SETTINGS = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=int(os.environ.get("INFERPLEX_FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 class _Completion(TypedDict):

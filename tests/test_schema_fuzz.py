@@ -1,7 +1,8 @@
 """Schema fuzzing: schemathesis generates requests from the gateway's own `/openapi.json` (valid and invalid,
 for every operation) and sends them to a real gateway on a fake upstream. Every answer must be documented:
 no 5xx, a status the document lists for that operation, a content type it declares, and a body that fits the
-declared schema. Run twice: with the master key, and with an ordinary key that has credit and limits.
+declared schema. Run twice: with the master key on PostgreSQL, and with an ordinary key that has credit and
+limits on SQLite.
 
 Bounded: a few examples per operation (about thirty operations) and no hypothesis deadline, so the whole
 module takes about a minute on this machine. A failure prints the request as a curl line to replay.
@@ -9,8 +10,11 @@ module takes about a minute on this machine. A failure prints the request as a c
 
 from __future__ import annotations
 
+import os
+import secrets
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -27,12 +31,14 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from inferplex.admin.openapi import openapi_document
+from tests.accounts.conftest import _pg
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
-EXAMPLES = 15
+# A deeper run, e.g. before a release: INFERPLEX_FUZZ_EXAMPLES=200 make test
+EXAMPLES = int(os.environ.get("INFERPLEX_FUZZ_EXAMPLES", "15"))
 
 # A body that names a served model (half the cases, chosen by the body's own bytes, so shrinking stays
 # stable) reaches the fake upstream and exercises the success answers; the others mostly meet 400 and 404.
@@ -55,32 +61,40 @@ def no_5xx_but_501(ctx: Any, response: Any, case: Any) -> bool | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def fuzz_gateway(fake_openai: FakeOpenAI) -> Iterator[GatewayServer]:
-    with GatewayServer(openai_config(fake_openai)) as server:
-        yield server
+@dataclass(frozen=True)
+class Fuzzed:
+    schema: Any  # the document as the gateway serves it, read over HTTP as a client generator would
+    headers: dict[str, str]
 
 
-@pytest.fixture(scope="module")
-def fuzz_schema(fuzz_gateway: GatewayServer) -> Any:
-    """The document as the gateway serves it, read over HTTP as a client generator would."""
-    schema = schemathesis.openapi.from_url(fuzz_gateway.url + "/openapi.json")
-    schema.config.update(base_url=fuzz_gateway.url)
-    return schema
-
-
-@pytest.fixture(scope="module", params=["master", "keyed"])
-def caller(request: pytest.FixtureRequest, fuzz_gateway: GatewayServer) -> dict[str, str]:
-    """The master key, or an ordinary key with credit, generous limits and every non-admin scope."""
-    if request.param == "master":
-        return fuzz_gateway.auth
-    made = httpx.post(
-        fuzz_gateway.url + "/admin/keys",
-        headers=fuzz_gateway.auth,
-        json={"name": "fuzz", "credits_micros": 10**9, "rpm": 100_000},
-    )
-    assert made.status_code == 201, made.text
-    return {"Authorization": f"Bearer {made.json()['key']}"}
+@pytest.fixture(scope="module", params=["master-postgresql", "keyed-sqlite"])
+def fuzzed(request: pytest.FixtureRequest, fake_openai: FakeOpenAI) -> Iterator[Fuzzed]:
+    """A gateway and a caller: the master key (every admin route) on PostgreSQL, where the store refuses
+    most (NUL in text, integers past their column), and an ordinary key with credit, generous limits and
+    every non-admin scope (the guard's reservations and settlements) on SQLite."""
+    config = openai_config(fake_openai)
+    name = "inferplex_fuzz_" + secrets.token_hex(6)
+    postgres = request.param.endswith("postgresql")
+    if postgres:
+        _pg(f'CREATE DATABASE "{name}"')
+        config["storage"] = {"database_url": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"}
+    try:
+        with GatewayServer(config) as server:
+            headers = server.auth
+            if request.param.startswith("keyed"):
+                made = httpx.post(
+                    server.url + "/admin/keys",
+                    headers=server.auth,
+                    json={"name": "fuzz", "credits_micros": 10**9, "rpm": 100_000},
+                )
+                assert made.status_code == 201, made.text
+                headers = {"Authorization": f"Bearer {made.json()['key']}"}
+            schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
+            schema.config.update(base_url=server.url)
+            yield Fuzzed(schema, headers)
+    finally:
+        if postgres:
+            _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 _HI = [{"role": "user", "content": "hi"}]
@@ -88,22 +102,22 @@ _KEEP = ("temperature", "top_p", "max_tokens", "n", "stream", "seed", "stop", "u
 
 
 def _served(case: Any) -> Any:
-    """Steer some bodies (chosen by their own bytes, so shrinking stays stable) to a served model, and a
-    quarter of all to a minimal valid request around a few generated fields, so that the success answers
+    """Steer half the bodies (chosen by their own bytes, so shrinking stays stable) to a served model, and a
+    quarter to a minimal valid request (alone, or around a few generated fields), so that the success answers
     are reached and validated too: a generated body of this size is almost never valid as a whole."""
     model = _SERVED.get(case.operation.path)
     body = case.body
     if not model or not isinstance(body, dict):
         return case
-    pick = zlib.crc32(repr(body).encode()) % 4
-    if pick == 0:
-        kept = {k: v for k, v in body.items() if k in _KEEP}
+    pick = zlib.crc32(repr(body).encode()) % 8
+    if pick in (0, 1):  # 0: the minimal request alone; 1: with a few generated fields kept
+        kept = {k: v for k, v in body.items() if k in _KEEP and pick == 1}
         if case.operation.path == "/v1/embeddings":
             kept = {"input": "hi"}
         elif case.operation.path.startswith("/v1/messages"):
-            kept["max_tokens"] = body.get("max_tokens", 16)
+            kept["max_tokens"] = body.get("max_tokens", 16) if pick == 1 else 16
         case.body = body = {**kept, "messages": _HI} if "input" not in kept else kept
-    if pick in (0, 1):
+    if pick < 4:
         body["model"] = model
         if case.operation.path == "/v1/ula/chat/completions":
             body["provider"] = "fake"
@@ -114,14 +128,14 @@ OPERATIONS = [(method, path) for path, item in openapi_document()["paths"].items
 
 
 @pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[f"{m.upper()} {p}" for m, p in OPERATIONS])
-def test_every_answer_is_documented(fuzz_schema: Any, caller: dict[str, str], method: str, path: str) -> None:
+def test_every_answer_is_documented(fuzzed: Fuzzed, method: str, path: str) -> None:
     """Valid and invalid requests alike get an answer the document describes, and never a 5xx.
 
     schemathesis' own pytest loader (`from_fixture`) does not run on pytest 9 (it sets `Function._nodeid`,
     which pytest 9 removed), so each operation's strategies drive a hypothesis test here. Health checks
     are off because generating from these large request schemas is slow by design (too_slow,
     filter_too_much, large_base_example) and the gateway is a module fixture on purpose."""
-    operation = fuzz_schema[path][method.upper()]
+    operation = fuzzed.schema[path][method.upper()]
     # The media routes answer a documented 501 until media generation lands; any other 5xx still fails.
     checks = CHECKS if path not in NOT_YET else [no_5xx_but_501, *CHECKS[1:]]
     statuses: set[int] = set()
@@ -132,7 +146,7 @@ def test_every_answer_is_documented(fuzz_schema: Any, caller: dict[str, str], me
     )
     @given(case=cases.map(_served))
     def run(case: Any) -> None:
-        response = case.call_and_validate(headers=caller, checks=checks, timeout=20)
+        response = case.call_and_validate(headers=fuzzed.headers, checks=checks, timeout=20)
         statuses.add(response.status_code)
 
     run()

@@ -9,6 +9,7 @@ Same generators and checks as tests/test_properties_http.py; the gateway here is
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
@@ -20,7 +21,7 @@ from tests.gateway_server import GatewayServer
 from tests.test_properties_http import ROUTES, check_clean, json_values, with_field
 
 TARGETS = ("claude-echo", "gemini-echo", "bedrock-claude", "azure-echo")
-EXAMPLES = 40
+EXAMPLES = int(os.environ.get("INFERPLEX_FUZZ_EXAMPLES", "40"))  # deeper: set it higher
 
 
 @pytest.mark.parametrize("target", TARGETS)
