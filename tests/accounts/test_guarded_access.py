@@ -5,7 +5,8 @@ seen to fail with a one- or two-line change to the rule it names, so none of the
   configured `routing.fallbacks`), `/v1/messages/count_tokens`, `GET /v1/models/{id}` and `/v1/endpoints`;
 - `X-Forwarded-For` counts for `allowed_ips` only when the peer is a configured trusted proxy. The gateway
   is reached from 127.0.0.1 (not trusted here) and from 127.0.0.2 (trusted): two peers, one gateway;
-- a token is refused once its lifetime has passed.
+- a token is refused once its lifetime has passed;
+- every route requires the scope it declares (a table over every dialect's routes).
 """
 
 from __future__ import annotations
@@ -130,6 +131,51 @@ def test_the_endpoint_list_applies_the_model_allowlist(server: GatewayServer, ad
 
     assert listed(key) == {"flaky"}
     assert {"flaky", "guarded-b", "priced"} <= listed(server.master_key)
+
+
+# ---- scopes: every route requires the one it declares ---------------------------------------------------------
+
+DEFAULT_SCOPES = {"chat", "embeddings", "images", "audio", "video", "models:read"}
+CHAT = {"model": "priced", "messages": MESSAGES, "max_tokens": 2}
+SCOPED_ROUTES: list[tuple[str, str, str, dict[str, Any] | None]] = [
+    ("POST", "/v1/chat/completions", "chat", CHAT),
+    ("POST", "/v1/embeddings", "embeddings", {"model": "embed-model", "input": "hi"}),
+    ("GET", "/v1/models", "models:read", None),
+    ("GET", "/v1/models/priced", "models:read", None),
+    ("GET", "/v1/endpoints", "models:read", None),
+    ("POST", "/v1/messages", "chat", CHAT),
+    ("POST", "/v1/messages/count_tokens", "chat", {"model": "priced", "messages": MESSAGES}),
+    ("POST", "/v0/chat/completions", "chat", {**CHAT, "model": "priced@fake"}),
+    ("GET", "/v0/endpoints", "models:read", None),
+    ("POST", "/v1/ula/chat/completions", "chat", {**CHAT, "provider": "fake"}),
+    ("POST", "/api/v1/chat/completions", "chat", CHAT),
+    ("GET", "/api/v1/models", "models:read", None),
+    ("GET", "/api/v1/models/priced", "models:read", None),
+]
+
+
+@pytest.mark.parametrize("method,path,scope,body", SCOPED_ROUTES, ids=[f"{m} {p}" for m, p, _, _ in SCOPED_ROUTES])
+def test_every_route_requires_its_scope(
+    server: GatewayServer, admin: Admin, method: str, path: str, scope: str, body: dict[str, Any] | None
+) -> None:
+    """A key with every other scope is refused in the route's own dialect; a key with only this one is let in."""
+
+    def call(key: str) -> httpx.Response:
+        return httpx.request(
+            method, server.url + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+
+    without = admin.create_key(scopes=sorted(DEFAULT_SCOPES - {scope}), credits_micros=10**6)["key"]
+    r = call(without)
+    assert r.status_code == 403, r.text
+    error = r.json()["error"]
+    if path.startswith("/v1/messages"):  # Anthropic's error object has a type and no code
+        assert error["type"] == "permission_error" and scope in error["message"], error
+    else:
+        assert error["code"] == "scope_not_allowed", error
+    only = admin.create_key(scopes=[scope], credits_micros=10**6)["key"]
+    r = call(only)
+    assert r.status_code == 200, r.text
 
 
 # ---- X-Forwarded-For and allowed_ips ------------------------------------------------------------------------
