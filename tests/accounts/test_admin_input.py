@@ -227,3 +227,28 @@ def test_good_page_sizes_still_page(admin: Admin) -> None:
 def test_nul_in_a_path_parameter_of_a_write_is_refused(admin: Admin, method: str, path: str, param: str) -> None:
     body = {"amount_micros": 1} if path.endswith("credits") else {}
     refused(admin.client.request(method.upper(), path, json=body), param)
+
+
+@pytest.mark.parametrize(
+    "path,param",
+    [
+        ("/admin/keys?acount_id=acct_x", "acount_id"),  # a typo must not list every key
+        ("/admin/usage?key=key_x", "key"),
+        ("/admin/usage/totals?by=model&modle=gpt", "modle"),
+        ("/admin/usage/totals?limit=5", "limit"),
+        ("/admin/accounts?limit=5", "limit"),
+        ("/admin/keys/key_x?verbose=1", "verbose"),
+    ],
+)
+def test_a_query_parameter_a_route_does_not_take_is_refused_naming_it(admin: Admin, path: str, param: str) -> None:
+    refused(admin.client.get(path), param)
+
+
+def test_the_query_parameters_each_route_takes_are_accepted(admin: Admin) -> None:
+    created = admin.create_key(credits_micros=5)
+    filters = {"key_id": created["id"], "account_id": created["account_id"], "model": "m", "since": 0, "until": 1}
+    assert admin.client.get("/admin/keys", params={"account_id": created["account_id"]}).status_code == 200
+    assert admin.client.get("/admin/usage", params={**filters, "limit": 5}).status_code == 200
+    assert admin.client.get("/admin/usage/totals", params={**filters, "by": "tag"}).status_code == 200
+    ledger = admin.client.get(f"/admin/accounts/{created['account_id']}/ledger", params={"limit": 5})
+    assert ledger.status_code == 200

@@ -245,13 +245,23 @@ async def openapi(request: Request) -> Response:
     return json_response(openapi_document())
 
 
-def _admin(handler: Handler) -> Any:
-    """An admin route: admin scope, and no path or query parameter holding NUL, which no store can hold
-    (PostgreSQL refuses it even in a comparison), whichever parameter a handler reads."""
+def _admin(handler: Handler, query: tuple[str, ...] = ()) -> Any:
+    """An admin route: admin scope; only the query parameters in `query`, each at most once (a misspelt
+    filter must not widen a listing to everything); and no path or query parameter holding NUL, which no
+    store can hold (PostgreSQL refuses it even in a comparison), whichever parameter a handler reads."""
+    allowed = frozenset(query)
 
     async def checked(request: Request, ctx: Context) -> Response:
-        params = [*request.path_params.items(), *request.query_params.multi_items()]
-        for name, value in params:
+        given = request.query_params.multi_items()
+        seen: set[str] = set()
+        for name, _ in given:
+            if name not in allowed:
+                takes = f"takes only {', '.join(query)}" if query else "takes no query parameters"
+                raise InvalidRequest(f"Unknown query parameter `{name}`: this route {takes}.", param=name)
+            if name in seen:
+                raise InvalidRequest(f"`{name}` is given more than once.", param=name)
+            seen.add(name)
+        for name, value in [*request.path_params.items(), *given]:
             if "\x00" in value:
                 raise InvalidRequest(f"`{name}` contains a NUL character.", param=name)
         return await handler(request, ctx)
@@ -259,9 +269,11 @@ def _admin(handler: Handler) -> Any:
     return endpoint(render_error, checked, "admin")
 
 
+_FILTERS = ("key_id", "account_id", "model", "since", "until")
+
 routes = [
     Route("/admin/keys", _admin(create_key), methods=["POST"]),
-    Route("/admin/keys", _admin(list_keys), methods=["GET"]),
+    Route("/admin/keys", _admin(list_keys, ("account_id",)), methods=["GET"]),
     Route("/admin/keys/{key_id}", _admin(get_key), methods=["GET"]),
     Route("/admin/keys/{key_id}", _admin(update_key), methods=["PATCH"]),
     Route("/admin/keys/{key_id}/revoke", _admin(revoke_key), methods=["POST"]),
@@ -271,9 +283,9 @@ routes = [
     Route("/admin/accounts/{account_id}", _admin(get_account), methods=["GET"]),
     Route("/admin/accounts/{account_id}", _admin(update_account), methods=["PATCH"]),
     Route("/admin/accounts/{account_id}/credits", _admin(change_credits), methods=["POST"]),
-    Route("/admin/accounts/{account_id}/ledger", _admin(ledger), methods=["GET"]),
-    Route("/admin/usage", _admin(usage), methods=["GET"]),
-    Route("/admin/usage/totals", _admin(usage_totals), methods=["GET"]),
+    Route("/admin/accounts/{account_id}/ledger", _admin(ledger, ("limit",)), methods=["GET"]),
+    Route("/admin/usage", _admin(usage, (*_FILTERS, "limit")), methods=["GET"]),
+    Route("/admin/usage/totals", _admin(usage_totals, ("by", *_FILTERS)), methods=["GET"]),
     Route("/v1/auth/token", endpoint(render_error, issue_token, None), methods=["POST"]),
     Route("/openapi.json", openapi, methods=["GET"]),
 ]
