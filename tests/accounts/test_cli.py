@@ -317,3 +317,10 @@ def test_a_cli_top_up_that_would_overflow_the_balance_is_refused(conf: tuple[str
     balance = cli_json("credits", "balance", created["account_id"], *conf)["balance_micros"]
     ledger = cli_json("credits", "ledger", created["account_id"], *conf)
     assert balance == 9 * 10**18 == sum(e["amount_micros"] for e in ledger)
+
+
+def test_a_database_that_cannot_be_reached_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"storage": {"database_url": "postgresql+asyncpg://postgres@127.0.0.1:1/none"}}))
+    assert main(["keys", "list", "--config", str(path)]) == 1
+    assert capsys.readouterr().err.startswith("inferplex: error: the database cannot be reached")
