@@ -2,8 +2,10 @@
 only the migrations touch: on SQLite the `key_changes` counter, on PostgreSQL a function, and on both the
 triggers that signal key changes (migration 0003).
 
-Money columns are BIGINT micro-USD. Times are float UNIX seconds: one representation on every engine, and
-cheap to compare. JSON columns hold lists and small mappings (scopes, patterns, tags, metadata).
+Money columns are BIGINT micro-USD, and limits (`rpm`, `tpm`, `max_concurrent`) BIGINT too (migration 0005;
+on SQLite, whose INTEGER holds 64 bits, their declared type stays INTEGER). The admin API validates every
+integer against these bounds (admin/models.py). Times are float UNIX seconds: one representation on every
+engine, and cheap to compare. JSON columns hold lists and small mappings (scopes, patterns, tags, metadata).
 """
 
 from __future__ import annotations
