@@ -326,9 +326,13 @@ async def test_the_sweeper_finds_old_reservations_with_no_settlement(db: Databas
     for request in ("r1", "r2"):
         await ledger.reserve(account.id, 100, request_id=request, key_id=None)
     await ledger.settle(account.id, 100, 40, request_id="r2", key_id=None)
-    assert await ledger.orphans(0, time.time() - 60) == ([], False)  # none old enough yet
-    releases, done = await ledger.orphans(0, time.time() + 1)
-    assert [(r["request_id"], r["amount"]) for r in releases] == [("r1", 100)] and not done
+    assert await ledger.orphans(0, time.time() - 60) == ([], 0)  # none old enough yet
+    releases, upto = await ledger.orphans(0, time.time() + 1)
+    assert [(r["request_id"], r["amount"]) for r in releases] == [("r1", 100)]
+    assert upto == 0  # the last window: looked at again next time
+    newest = max(e["id"] for e in await ledger.entries(account.id))
+    # ids newest-3 to newest: top-up, r1, r2, settlement of r2. A full window of old rows is passed over after.
+    assert await ledger.orphans(0, time.time() + 1, window=2) == (releases, newest - 2)
     await ledger.replay(releases)
     await ledger.replay(releases)  # a second sweeper (another replica) finds it released: nothing more
     assert (await ledger.orphans(0, time.time() + 1))[0] == []

@@ -304,34 +304,41 @@ class Ledger:
 
         await self.db.write(run)
 
-    async def orphans(self, after: int, before: float, window: int = 5000) -> tuple[list[dict[str, Any]], bool]:
-        """The sweeper's look at ledger ids `after`+1 to `after`+`window`: its reservations made before
-        `before` (UNIX seconds) with no settlement, as releases for `replay`; and whether the window is done
-        with (every row in it older than `before`, and rows after it), so the next look starts after it.
-        A window is a range of the primary key, so each look costs about `window` rows, however long the
-        ledger; a row older than `before` is committed, since `before` is far older than any transaction."""
+    async def orphans(self, after: int, before: float, window: int = 5000) -> tuple[list[dict[str, Any]], int]:
+        """The sweeper's look at the next `window` ledger ids after `after` (from the first that exists):
+        their reservations made before `before` (UNIX seconds) with no settlement, as releases for `replay`;
+        and where the next look starts: past this window if every row in it is older than `before` and rows
+        follow it, else `after` again. A window is a range of the primary key, so a look costs about
+        `window` rows however long the ledger; a row older than `before` is committed, since `before` is far
+        older than any transaction."""
         led = t.ledger.c
-        in_window = and_(led.id > after, led.id <= after + window)
-        span = select(func.max(led.created_at)).where(in_window)
-        unsettled = select(led.account_id, led.amount_micros, led.request_id, led.key_id).where(
-            in_window,
-            led.kind == "reserve",
-            led.created_at < before,
-            led.request_id.is_not(None),
-            ~_has(led.account_id, led.request_id, "settle"),
-        )
 
-        def run(conn: Connection) -> tuple[Any, list[Any], int]:
-            youngest = conn.execute(span).scalar()
+        def run(conn: Connection) -> tuple[int, Any, list[Any], int] | None:
+            first = conn.execute(select(func.min(led.id)).where(led.id > after)).scalar()
+            if first is None:
+                return None
+            in_window = and_(led.id >= first, led.id < first + window)
+            unsettled = select(led.account_id, led.amount_micros, led.request_id, led.key_id).where(
+                in_window,
+                led.kind == "reserve",
+                led.created_at < before,
+                led.request_id.is_not(None),
+                ~_has(led.account_id, led.request_id, "settle"),
+            )
+            youngest = conn.execute(select(func.max(led.created_at)).where(in_window)).scalar()
             rows = list(conn.execute(unsettled).all())
-            return youngest, rows, int(conn.execute(select(func.coalesce(func.max(led.id), 0))).scalar_one())
+            return first, youngest, rows, int(conn.execute(select(func.max(led.id))).scalar_one())
 
-        youngest, rows, newest = await self.db.read(run)
+        found = await self.db.read(run)
+        if found is None:
+            return [], after
+        first, youngest, rows, newest = found
         note = "released: no settlement within the orphan bound"
         releases = [
             _replayed(r.account_id, -r.amount_micros, r.request_id, r.key_id, note, if_reserved=True) for r in rows
         ]
-        return releases, newest > after + window and (youngest is None or youngest < before)
+        done = newest >= first + window and youngest < before
+        return releases, first + window - 1 if done else after
 
     async def _apply(self, moves: list[Move]) -> list[int | None]:
         now = time.time()

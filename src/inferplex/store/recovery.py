@@ -101,7 +101,7 @@ class Recovery:
         """Release the reservations older than `orphan_after_s` that have no settlement."""
         before = time.time() - self.orphan_after_s
         for _ in range(_WINDOWS):
-            releases, done = await self.ledger.orphans(self._swept_to, before)
+            releases, upto = await self.ledger.orphans(self._swept_to, before)
             if releases:
                 await self.ledger.replay(releases)
                 log.warning(
@@ -110,9 +110,9 @@ class Recovery:
                     self.orphan_after_s,
                     ", ".join(str(r["request_id"]) for r in releases[:10]),
                 )
-            if not done:
+            if upto == self._swept_to:
                 return
-            self._swept_to += 5000
+            self._swept_to = upto
 
     async def aclose(self) -> None:
         """Stop, after one last try at the spool (what it cannot write stays for the next start)."""
