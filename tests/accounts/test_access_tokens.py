@@ -3,6 +3,10 @@ the secret that minted them (a rotated key, a changed master key), on SQLite and
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,3 +156,29 @@ def test_changing_the_master_key_ends_the_tokens_minted_with_the_old_one(
             r = call(gw, token, what)
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_token", (what, r.text)
         assert call(gw, token_of(gw, "ipx-master-two")["access_token"], "admin").status_code == 200
+
+
+def _signed(secret: bytes, payload: dict[str, Any]) -> str:
+    """A token as the gateway signs one, with whatever payload (tokens.issue always binds)."""
+    body = "ipxt." + base64.urlsafe_b64encode(json.dumps(payload).encode()).rstrip(b"=").decode()
+    signature = hmac.new(secret, body.encode(), hashlib.sha256).digest()
+    return body + "." + base64.urlsafe_b64encode(signature).rstrip(b"=").decode()
+
+
+def test_a_well_signed_token_without_the_minting_secrets_binding_is_refused(
+    server: GatewayServer, admin: Admin
+) -> None:
+    """Tokens from before bindings, and tokens whose binding is another credential's, get nothing."""
+    secret = (Path(server.config.server.data_dir) / "token_secret").read_text().strip().encode()
+    created = admin.create_key(scopes=["chat"], credits_micros=10**6)
+    other = admin.create_key(scopes=["chat"], credits_micros=10**6)
+    other_binding = json.loads(
+        base64.urlsafe_b64decode(token_of(server, other["key"])["access_token"].split(".")[1] + "==")
+    )["bnd"]
+    exp = int(time.time()) + 60
+    unbound = {"kid": created["id"], "scp": ["chat"], "exp": exp}
+    for payload in (unbound, {**unbound, "bnd": other_binding}, {**unbound, "kid": "master", "bnd": other_binding}):
+        r = call(server, _signed(secret, payload), "chat")
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_token", (payload, r.text)
+    genuine = token_of(server, created["key"])["access_token"]
+    assert call(server, genuine, "chat").status_code == 200
