@@ -338,8 +338,8 @@ class RedisLimits:
         if wait > 0:
             return wait, int(out[1]), tuple(False for _ in holds)
         taken = tuple(x == b"1" for x in out[2:])
-        if True in taken:
-            self.leases.took([(h.key, h.holder) for h, ok in zip(holds, taken, strict=True) if ok])
+        if holds:
+            self.leases.took_holds(holds, taken)
         return 0.0, -1, taken
 
     def finish(self, charges: Sequence[Rate], releases: Sequence[Slot]) -> asyncio.Future[None]:

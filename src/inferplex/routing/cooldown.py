@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from inferplex.batching import Batcher
 from inferplex.config import CooldownConfig
-from inferplex.listening import keep_listening
+from inferplex.listening import keep_listening, stop
 
 log = logging.getLogger("inferplex.routing")
 
@@ -313,9 +313,7 @@ class RedisCooldowns:
 
     async def aclose(self) -> None:
         if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+            await stop(self._listener)
         await self._checks.aclose()
         await self._check.aclose()
         await self._redis.aclose()
