@@ -283,3 +283,30 @@ async def test_a_silently_partitioned_breaker_subscription_is_given_up(redis_pre
     finally:
         await deaf.aclose()
         await other.aclose()
+
+
+def test_the_gateway_shuts_down_promptly_and_cleanly_while_redis_is_partitioned(
+    fake_openai: FakeOpenAI, tmp_path: Path, proxy: RedisProxy, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = gateway(fake_openai, tmp_path, proxy, redis_prefix, "open")
+    stopped = False
+    try:
+        admin = Admin(server.url, server.master_key)
+        key = admin.create_key(credits_micros=10**9, max_concurrent=MAX_CONCURRENT)["key"]
+        admin.close()
+        headers = {"Authorization": f"Bearer {key}"}
+        assert httpx.post(f"{server.base_url}/chat/completions", json=BODY, headers=headers).status_code == 200
+        proxy.silence()
+        r = httpx.post(f"{server.base_url}/chat/completions", json=BODY, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text  # failing open; its release is pending
+        caplog.clear()
+        start = time.monotonic()
+        server.stop()
+        stopped = True
+        assert server._thread is not None and not server._thread.is_alive()
+        assert time.monotonic() - start < 10
+        assert "Traceback" not in caplog.text and "ERROR" not in [r.levelname for r in caplog.records]
+    finally:
+        proxy.restore()
+        if not stopped:
+            server.stop()
