@@ -279,11 +279,11 @@ async def test_a_script_call_cancelled_halfway_leaves_no_reply_for_the_next_call
 async def test_a_slot_is_renewed_while_its_request_runs_past_its_lease(redis_prefix: str) -> None:
     """Leases are short so that a dead replica's slots come back soon; a live request keeps its slot for as
     long as it runs (one renewal call per replica, every third of a lease)."""
-    store = RedisLimits(REDIS_URL, redis_prefix, lease_s=1.0)
-    other = RedisLimits(REDIS_URL, redis_prefix, lease_s=1.0)  # another replica
+    store = RedisLimits(REDIS_URL, redis_prefix, lease_s=1.5)
+    other = RedisLimits(REDIS_URL, redis_prefix, lease_s=1.5)  # another replica
     try:
         assert await store.admit([], [Hold("c", 1, "long")]) == (0.0, -1, (True,))
-        await asyncio.sleep(2.5)  # two and a half leases
+        await asyncio.sleep(3.2)  # over two leases (renewed every 0.5 s)
         assert await other.admit([], [Hold("c", 1, "newcomer")]) == (0.0, -1, (False,))
         assert await other.in_use("c") == 1
         await store.finish([], [("c", "long")])
