@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from inferplex.config import parse_config
 from inferplex.dialects import anthropic_responses as ar
 from inferplex.dialects import oneinfer_responses as oir
 from inferplex.dialects import openai_responses as oa
+from tests.accounts.conftest import _pg
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -174,12 +176,22 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["master-sqlite", "keyed-postgresql"])
 def client(
-    loop: asyncio.AbstractEventLoop, fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    loop: asyncio.AbstractEventLoop,
+    fake_openai: FakeOpenAI,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[httpx.AsyncClient]:
+    """The app in-process, called with the master key on SQLite, or with an ordinary key (credit, limits:
+    every request reserved and settled) on PostgreSQL, which refuses what SQLite stores (NUL, big integers)."""
     raw = openai_config(fake_openai)
     raw["server"]["data_dir"] = str(tmp_path_factory.mktemp("props"))
+    database = "inferplex_props_" + secrets.token_hex(6)
+    postgres = request.param.endswith("postgresql")
+    if postgres:
+        _pg(f'CREATE DATABASE "{database}"')
+        raw["storage"] = {"database_url": f"postgresql+asyncpg://postgres@127.0.0.1:5432/{database}"}
     app = create_app(parse_config(raw, "<test>"), MASTER)
     started: asyncio.Event = asyncio.Event()
     stop: asyncio.Event = asyncio.Event()
@@ -191,16 +203,24 @@ def client(
 
     task = loop.create_task(lifespan())
     loop.run_until_complete(started.wait())
+    transport = httpx.ASGITransport(app=app)
     client = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app),
-        base_url="http://gateway",
-        headers={"Authorization": f"Bearer {MASTER}"},
-        timeout=30,
+        transport=transport, base_url="http://gateway", headers={"Authorization": f"Bearer {MASTER}"}, timeout=30
     )
-    yield client
-    loop.run_until_complete(client.aclose())
-    stop.set()
-    loop.run_until_complete(task)
+    if request.param.startswith("keyed"):
+        made = loop.run_until_complete(
+            client.post("/admin/keys", json={"name": "props", "credits_micros": 10**12, "rpm": 10**6})
+        )
+        assert made.status_code == 201, made.text
+        client.headers["Authorization"] = f"Bearer {made.json()['key']}"
+    try:
+        yield client
+    finally:
+        loop.run_until_complete(client.aclose())
+        stop.set()
+        loop.run_until_complete(task)
+        if postgres:
+            _pg(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
 def with_field(body: dict[str, Any], path: str, value: Any, delete: bool) -> dict[str, Any]:
