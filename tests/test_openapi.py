@@ -207,6 +207,8 @@ def test_real_answers_fit_the_documented_schemas(server: GatewayServer) -> None:
     assert call("POST", "/v1/ula/chat/completions", json={**ula, "temperature": "hot"}).status_code == 422
     assert call("POST", "/v1/ula/chat/completions", json={**ula, "provider": "nope"}).status_code == 400
     assert call("POST", "/v1/ula/generate-image", json={}).status_code == 501
+    for path in ("/v1/messages", "/v1/ula/chat/completions", "/v1/chat/completions"):  # refused before routing
+        assert call("POST", path, json={}, headers={"x-big": "x" * 70_000}).status_code == 431
     assert call("POST", "/v1/ula/generate-video", json={}).status_code == 501
     _admin_answers_fit(call)
 

@@ -16,17 +16,21 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
 REF = "#/components/schemas/{model}"
+# What the HTTP server may answer on any path before a route runs, in that path's dialect (dialects/by_path.py).
+HEAD_ERRORS = (400, 414, 431)
 
 # What each error status means, whatever the dialect (its body's shape is the dialect's).
 STATUS_TEXT = {
-    400: "Bad input; the error names the field",
+    400: "Bad input (the error names the field), or a malformed request head",
     401: "Missing or bad credentials",
     403: "The key may not do this (scope, model, IP) or its credit does not cover the worst case",
     404: "Unknown model, endpoint or object",
     413: "The body is larger than `max_body_bytes`",
+    414: "The request line is longer than the server's limit (docs/limits.md)",
     415: "The body is not JSON",
     422: "Refused by a processor's policy (OneInfer: a field of the wrong JSON type)",
     429: "Over a rate or concurrency limit; see `Retry-After`",
+    431: "A header, or all of them, larger than the server's limit (docs/limits.md)",
     500: "An unexpected failure (a bug: please report the request id)",
     501: "Not yet supported",
     502: "The provider failed; its own message is kept",
@@ -129,7 +133,7 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
             ok_content["text/event-stream"] = {"schema": sse_event(frame, done=op.stream_done)}
         responses[str(op.ok_status)] = {"description": "OK", "content": ok_content}
     error = _json(schemas.ref(op.dialect.error, "serialization"))
-    for status in op.errors:
+    for status in sorted({*op.errors, *HEAD_ERRORS}):
         responses[str(status)] = {"description": STATUS_TEXT[status], "content": error}
     out: dict[str, Any] = {
         "summary": op.summary,
