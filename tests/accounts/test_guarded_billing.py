@@ -1,5 +1,7 @@
 """Billing rules that behave correctly but that no test guarded (issue 19, item 21): each test here was seen
-to fail with a one- or two-line change to the rule it names, so none of them can pass by accident.
+to fail with a one- or two-line change to the rule it names, so none of them can pass by accident. The
+reservation (`n`, a dearer deployment), the settlement (the deployment's price, the flex tier's, cache reads
+and writes at their own prices) and the rounding were guarded only by unit tests of helpers, or not at all.
 
 The fake upstream counts a word as a token: "hi" is 1 prompt token, and the echo answer "echo: hi" is
 2 completion tokens (1 with `max_tokens: 1`), so every cost below is worked out by hand from the prices.
@@ -19,10 +21,12 @@ from inferplex.accounts.pricing import estimate_prompt_tokens
 from inferplex.canonical import ChatRequest
 from tests.accounts.conftest import Admin, billing_config
 from tests.accounts.test_billing_http import assert_reconciles
+from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 
 HI = [{"role": "user", "content": "hi"}]
+ANTHROPIC_KEY = "sk-ant-guarded-billing"
 Json = dict[str, Any]
 
 
@@ -37,9 +41,32 @@ def _model(name: str, pricing: Json, deployment: Json | None = None, **extra: An
 
 
 @pytest.fixture(scope="module")
-def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+def claude() -> Iterator[FakeAnthropic]:
+    """An Anthropic upstream: its `*cache*` models report 100 cache-read and 20 cache-write input tokens."""
+    fake = FakeAnthropic(ANTHROPIC_KEY)
+    fake.start()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GUARDED_ANTHROPIC_KEY", ANTHROPIC_KEY)
+        yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def server(
+    fake_openai: FakeOpenAI, claude: FakeAnthropic, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayServer]:
     config = billing_config(fake_openai, tmp_path_factory.mktemp("guarded-billing"))
+    config["providers"].append(
+        {"name": "claude", "kind": "anthropic", "base_url": claude.url, "api_key": "env:GUARDED_ANTHROPIC_KEY"}
+    )
     config["models"] += [
+        # cache reads at a tenth of the input price, writes at 1.25 times it (Anthropic's ratios)
+        {
+            "name": "cached",
+            "deployments": [{"provider": "claude", "model": "claude-cache"}],
+            "max_output": 100,
+            "pricing": {"input": "1", "cached_input": "0.1", "cache_write": "1.25", "output": "5"},
+        },
         # the deployment is dearer than the model's own list price: 10 against 1 per output token
         _model("dear-deployment", {"input": "0", "output": "1"}, {"pricing": {"input": "0", "output": "10"}}),
         # the flex tier at the model's level, and at the deployment's (which wins over the model's)
@@ -174,6 +201,17 @@ def test_a_fraction_of_a_micro_usd_is_rounded_up_once_per_request(
     assert charged(r) == 1
     assert assert_reconciles(admin, created["account_id"]) == 10_000 - 1
     assert admin.usage(key_id=created["id"])[0]["cost_micros"] == 1
+
+
+def test_cached_and_cache_write_tokens_are_billed_at_their_own_prices(server: GatewayServer, admin: Admin) -> None:
+    created = admin.create_key(credits_micros=10_000)
+    r = post(server, created["key"], model="cached")
+    usage = r.json()["usage"]
+    # 1 uncached input token ("hi") + 100 cache reads + 20 cache writes; "echo: hi" is 2 output tokens
+    assert usage["prompt_tokens"] == 121 and usage["prompt_tokens_details"]["cached_tokens"] == 100, usage
+    assert usage["completion_tokens"] == 2
+    assert charged(r) == 1 * 1 + 100 * 0.1 + 20 * 1.25 + 2 * 5 == 46
+    assert assert_reconciles(admin, created["account_id"]) == 10_000 - 46
 
 
 # ---- tokens per minute -------------------------------------------------------------------------------------
