@@ -77,6 +77,27 @@ def test_a_cut_under_load_loses_no_settlement_and_no_usage_row(
         admin.close()
 
 
+def test_connections_reset_under_load_lose_nothing(
+    fake_openai: FakeOpenAI, tmp_path: Path, pg_url: str, proxy: TcpProxy
+) -> None:
+    """Flaps: every connection to PostgreSQL aborted three times while the proxy keeps listening. A ledger
+    batch cut mid-way may or may not have committed; either way it lands once, and the next call (an admin
+    read, a key lookup) reconnects instead of failing."""
+    with GatewayServer(_config(fake_openai, tmp_path, pg_url, proxy)) as server:
+        admin = Admin(server.url, server.master_key)
+        key, account = _account(admin)
+        with Load(server.url, key) as load:
+            for _ in range(3):
+                time.sleep(0.7)
+                proxy.reset()
+            time.sleep(0.7)
+        assert load.count(200) > 20
+        after = admin.client.get(f"/admin/accounts/{account}")
+        assert after.status_code == 200, after.text
+        _assert_converged(admin, account, load)
+        admin.close()
+
+
 def test_a_silent_partition_answers_503_within_the_store_deadline(
     fake_openai: FakeOpenAI, tmp_path: Path, pg_url: str, proxy: TcpProxy
 ) -> None:
