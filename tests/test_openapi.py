@@ -108,12 +108,15 @@ def test_every_operation_declares_its_answers_and_errors_in_its_dialect() -> Non
 # ---- real answers fit the document --------------------------------------------------------------------------
 
 
-def _schema(path: str, method: str, status: int, media: str = "application/json") -> dict[str, Any]:
+def _schema(
+    path: str, method: str, status: int, media: str = "application/json", *, headers: bool = False
+) -> dict[str, Any]:
+    """The schema documented for an answer's body (or, with `headers`, its headers)."""
     document = openapi_document()
     responses = document["paths"][path][method]["responses"]
     assert str(status) in responses, f"{method.upper()} {path} answered an undocumented {status}"
-    schema: dict[str, Any] = responses[str(status)]["content"][media]["schema"]
-    return schema
+    schema: dict[str, Any] = responses[str(status)]["headers" if headers else "content"]
+    return schema if headers else schema[media]["schema"]
 
 
 def _frame_schema(event: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -172,7 +175,10 @@ def test_real_answers_fit_the_documented_schemas(server: GatewayServer) -> None:
     assert "event: error" in call("POST", "/v1/messages", json={**cut, "max_tokens": 20}).text
     assert '"error"' in call("POST", "/v1/ula/chat/completions", json={**cut, "provider": "fake"}).text
     assert call("POST", "/v1/chat/completions", json={"model": "nope", "messages": HI}).status_code == 404
-    assert call("POST", "/v1/chat/completions", json={"model": "error-429", "messages": HI}).status_code == 429
+    limited = call("POST", "/v1/chat/completions", json={"model": "error-429", "messages": HI})
+    assert limited.status_code == 429
+    header = _schema("/v1/chat/completions", "post", 429, headers=True)["Retry-After"]["schema"]
+    _fits(header, limited.headers["retry-after"])
     assert call("POST", "/v1/chat/completions", json={"model": "error-500", "messages": HI}).status_code == 502
     assert call("POST", "/v1/chat/completions", content=b"x", headers={"content-type": "text/plain"}).status_code == 415
     stranger = Caller(server, {"Authorization": "Bearer ipx-not-a-key"})

@@ -1,8 +1,8 @@
 """Schema fuzzing: schemathesis generates requests from the gateway's own `/openapi.json` (valid and invalid,
 for every operation) and sends them to a real gateway on a fake upstream. Every answer must be documented:
 no 5xx, a status the document lists for that operation, a content type it declares, and a body that fits the
-declared schema. Run twice: with the master key on PostgreSQL, and with an ordinary key that has credit and
-limits on SQLite.
+declared schema (headers too). Run twice: with the master key on PostgreSQL, and with an ordinary key that
+has credit and limits on SQLite.
 
 Bounded: a few examples per operation (about thirty operations) and no hypothesis deadline, so the whole
 module takes about a minute on this machine. A failure prints the request as a curl line to replay.
@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -65,7 +66,13 @@ def no_unasked_5xx(ctx: Any, response: Any, case: Any) -> bool | None:
     return None
 
 
-CHECKS = [no_unasked_5xx, status_code_conformance, content_type_conformance, response_schema_conformance]
+CHECKS = [
+    no_unasked_5xx,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,10 @@ from pydantic.json_schema import JsonSchemaMode
 REF = "#/components/schemas/{model}"
 # What the HTTP server may answer on any path before a route runs, in that path's dialect (dialects/by_path.py).
 HEAD_ERRORS = (400, 414, 431)
+RETRY_AFTER = {
+    "description": "seconds to wait before trying again",
+    "schema": {"type": "string", "pattern": "^[0-9]+$"},
+}
 
 # What each error status means, whatever the dialect (its body's shape is the dialect's).
 STATUS_TEXT = {
@@ -135,6 +139,8 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     error = _json(schemas.ref(op.dialect.error, "serialization"))
     for status in sorted({*op.errors, *HEAD_ERRORS}):
         responses[str(status)] = {"description": STATUS_TEXT[status], "content": error}
+        if status in (429, 503):
+            responses[str(status)]["headers"] = {"Retry-After": RETRY_AFTER}
     out: dict[str, Any] = {
         "summary": op.summary,
         "tags": [op.dialect.tag],
