@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -129,7 +130,11 @@ def _frame_schema(event: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 
 
 def _fits(schema: dict[str, Any], value: Any) -> None:
-    validator = Draft202012Validator({**schema, "components": openapi_document()["components"]})
+    _fits_in(schema, openapi_document()["components"], value)
+
+
+def _fits_in(schema: dict[str, Any], components: dict[str, Any], value: Any) -> None:
+    validator = Draft202012Validator({**schema, "components": components})
     problems = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(value)]
     assert not problems, problems
 
@@ -259,3 +264,56 @@ def _admin_answers_fit(call: Caller) -> None:
     assert call("GET", "/admin/keys/{key_id}", "/admin/keys/key_nope").status_code == 404
     assert call("POST", "/admin/keys", json={"name": ""}).status_code == 400
     assert call("GET", "/openapi.json").status_code == 200
+
+
+# ---- and OpenAI's own published schemas -------------------------------------------------------------------
+
+
+def _nullable(schema: Any) -> Any:
+    """OpenAI's document says 3.1 but still writes 3.0's `nullable: true`: read it as 3.0 meant it."""
+    if isinstance(schema, list):
+        return [_nullable(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _nullable(v) for k, v in schema.items() if k != "nullable"}
+    return {"anyOf": [out, {"type": "null"}]} if schema.get("nullable") is True else out
+
+
+OPENAI_SCHEMAS = _nullable(
+    orjson.loads((Path(__file__).parent / "fixtures" / "openai_response_schemas.json").read_bytes())
+)
+# OpenAI's stream chunks carry `finish_reason: null` until the last (its own API does, and its SDKs type it
+# so); the document forgets the null.
+_STREAM_CHOICE = OPENAI_SCHEMAS["components"]["schemas"]["CreateChatCompletionStreamResponse"]["properties"]
+_STREAM_CHOICE["choices"]["items"]["properties"]["finish_reason"] = _nullable(
+    {**_STREAM_CHOICE["choices"]["items"]["properties"]["finish_reason"], "nullable": True}
+)
+
+
+def _fits_openai(name: str, value: Any) -> None:
+    """`value` is valid against OpenAI's published schema `name` (tests/fixtures, from openai/openai-openapi)."""
+    _fits_in({"$ref": f"#/components/schemas/{name}"}, OPENAI_SCHEMAS["components"], value)
+
+
+def test_openai_shaped_answers_fit_openais_own_published_schemas(server: GatewayServer) -> None:
+    """What an OpenAI client generated from OpenAI's own document expects: our additions (timings, cost,
+    pricing) are extra keys, never a changed or missing one."""
+    auth = server.auth
+    for prefix, model in (("/v1", "echo-model"), ("/api/v1", "echo-model"), ("/v0", "echo-model@fake")):
+        url = server.url + prefix + "/chat/completions"
+        body = {"model": model, "messages": HI}
+        _fits_openai("CreateChatCompletionResponse", httpx.post(url, json=body, headers=auth).json())
+        streamed = httpx.post(
+            url, json={**body, "stream": True, "stream_options": {"include_usage": True}}, headers=auth
+        )
+        frames = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
+        assert frames[-1] == "[DONE]"
+        for frame in frames[:-1]:
+            _fits_openai("CreateChatCompletionStreamResponse", orjson.loads(frame))
+        refused = httpx.post(url, json={**body, "messages": []}, headers=auth)
+        assert refused.status_code == 400
+        _fits_openai("ErrorResponse", refused.json())
+    embedded = httpx.post(server.url + "/v1/embeddings", json={"model": "embed-model", "input": "a"}, headers=auth)
+    _fits_openai("CreateEmbeddingResponse", embedded.json())
+    _fits_openai("ListModelsResponse", httpx.get(server.url + "/v1/models", headers=auth).json())
+    _fits_openai("Model", httpx.get(server.url + "/v1/models/echo-model", headers=auth).json())
