@@ -25,7 +25,7 @@ EXAMPLES = int(os.environ.get("INFERPLEX_FUZZ_EXAMPLES", "40"))  # deeper: set i
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", ["openai-chat", "anthropic-messages"])
+@pytest.mark.parametrize("name", ["openai-chat", "anthropic-messages", "anthropic-count"])
 def test_any_value_in_any_field_is_answered_cleanly_by_every_adapter(
     name: str, target: str, native_gateway: GatewayServer
 ) -> None:
