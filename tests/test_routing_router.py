@@ -16,10 +16,10 @@ from inferplex.catalog import Catalog
 from inferplex.config import CooldownConfig, parse_config
 from inferplex.errors import UpstreamError
 from inferplex.pipeline import Context
-from inferplex.providers.base import Target
 from inferplex.routing.cooldown import Gate, RedisCooldowns
 from inferplex.routing.options import RouteOptions
 from inferplex.routing.router import Router
+from inferplex.targets import Target
 
 N = 1000
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from inferplex.config import Config, ModelConfig
 from inferplex.errors import InvalidRequest, NotFound
-from inferplex.providers.base import Target
+from inferplex.targets import Target
 
 
 @dataclass(frozen=True, slots=True)

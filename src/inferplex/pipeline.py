@@ -30,8 +30,9 @@ from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
 from inferplex.errors import GatewayError, InternalError, UpstreamError
-from inferplex.providers.base import Adapter, CallInfo, Chunk, Target
+from inferplex.providers.base import Adapter, CallInfo, Chunk
 from inferplex.routing.options import route_options
+from inferplex.targets import Target
 from inferplex.timings import Timings
 from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
 

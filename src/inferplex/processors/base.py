@@ -23,7 +23,8 @@ from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog
 from inferplex.errors import InvalidRequest
 from inferplex.plugins import PluginTable
-from inferplex.providers.base import Chunk, Target
+from inferplex.providers.base import Chunk
+from inferplex.targets import Target
 
 # Calls the model again with another request (same routing, same admission): what a retry needs.
 Again = Callable[[ChatRequest, dict[str, Any]], Awaitable[Chunk]]

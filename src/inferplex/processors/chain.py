@@ -21,7 +21,8 @@ from inferplex.catalog import Catalog
 from inferplex.errors import InvalidRequest
 from inferplex.processors.base import Again, Env, Exchange, Processor, known_processors, load_factory
 from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY, Requested, Spec, from_settings, merge, requested
-from inferplex.providers.base import Chunk, Target
+from inferplex.providers.base import Chunk
+from inferplex.targets import Target
 
 if TYPE_CHECKING:
     from inferplex.pipeline import Context

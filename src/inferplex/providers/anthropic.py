@@ -19,9 +19,10 @@ from inferplex.capabilities import E, ProviderCapabilities, R, Support
 from inferplex.config import ProviderConfig, Timeouts
 from inferplex.errors import GatewayError, UpstreamError
 from inferplex.providers import http
-from inferplex.providers.base import Chunk, Target
+from inferplex.providers.base import Chunk
 from inferplex.providers.failures import overloaded
 from inferplex.providers.native import NativeAdapter
+from inferplex.targets import Target
 from inferplex.translate import openai_to_anthropic as tr
 
 CAPABILITIES = ProviderCapabilities(

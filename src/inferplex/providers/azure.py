@@ -22,8 +22,9 @@ import aiohttp
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.capabilities import N, ProviderCapabilities
 from inferplex.config import ConfigError, ProviderConfig
-from inferplex.providers.base import CallInfo, Chunk, Target
+from inferplex.providers.base import CallInfo, Chunk
 from inferplex.providers.openai_compat import OpenAICompatible
+from inferplex.targets import Target
 
 CAPABILITIES = ProviderCapabilities(
     audio_input=N,

@@ -17,29 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from inferplex.canonical import ChatRequest, EmbeddingRequest
-from inferplex.config import DeploymentConfig, ModelConfig, ProviderConfig
+from inferplex.targets import Target
 
 Chunk = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where a request goes: the public model, one of its deployments, and that deployment's provider."""
-
-    model: ModelConfig
-    deployment: DeploymentConfig
-    provider: ProviderConfig
-    # The deployment's name in headers, logs and the shared cooldown store; asked several times a request.
-    key: str = field(init=False, compare=False)
-
-    def __post_init__(self) -> None:
-        d = self.deployment
-        key = d.id if d.id is not None else f"{d.provider}/{d.model}" + (f"@{d.region}" if d.region else "")
-        object.__setattr__(self, "key", key)
-
-    @property
-    def upstream_model(self) -> str:
-        return self.deployment.model
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,10 @@ from inferplex.capabilities import D, E, ProviderCapabilities
 from inferplex.config import ConfigError, ProviderConfig
 from inferplex.errors import GatewayError, Unavailable, UpstreamError
 from inferplex.providers import http
-from inferplex.providers.base import Chunk, Target
+from inferplex.providers.base import Chunk
 from inferplex.providers.failures import UpstreamOverloaded, from_error_type
 from inferplex.providers.native import NativeAdapter
+from inferplex.targets import Target
 from inferplex.translate import openai_to_bedrock as tr
 
 CAPABILITIES = ProviderCapabilities(

@@ -18,9 +18,10 @@ from inferplex.capabilities import N, ProviderCapabilities, Support
 from inferplex.config import ProviderConfig
 from inferplex.errors import GatewayError, UpstreamError
 from inferplex.providers import http
-from inferplex.providers.base import Chunk, Target
+from inferplex.providers.base import Chunk
 from inferplex.providers.failures import UpstreamOverloaded
 from inferplex.providers.native import NativeAdapter
+from inferplex.targets import Target
 from inferplex.translate import openai_to_gemini as tr
 
 CAPABILITIES = ProviderCapabilities(

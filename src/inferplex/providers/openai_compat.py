@@ -22,9 +22,10 @@ from inferplex.config import Capabilities, ConfigError, ProviderConfig
 from inferplex.emulation import run_stream
 from inferplex.errors import UpstreamError
 from inferplex.providers import http
-from inferplex.providers.base import CallInfo, Chunk, Target
+from inferplex.providers.base import CallInfo, Chunk
 from inferplex.providers.openai_caps import CAPABILITIES
 from inferplex.providers.profiles import PROFILES, VendorProfile, profile_for
+from inferplex.targets import Target
 
 # Request fields that steer the gateway and mean nothing (or something else) to an upstream.
 GATEWAY_FIELDS = frozenset(

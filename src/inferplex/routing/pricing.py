@@ -7,7 +7,7 @@ fell back to another model or deployment, or ran on the flex tier, is priced as 
 from __future__ import annotations
 
 from inferplex.config import Pricing
-from inferplex.providers.base import Target
+from inferplex.targets import Target
 
 
 def price_for(target: Target, tier: str = "default") -> Pricing:

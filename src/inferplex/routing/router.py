@@ -29,7 +29,6 @@ from inferplex.config import Config, CooldownConfig, ModelConfig
 from inferplex.deadlines import Deadline
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, RateLimited, Unavailable, UpstreamTimeout
 from inferplex.pipeline import Attempt, Context
-from inferplex.providers.base import Target
 from inferplex.routing.attempt import Slot, WatchedStream, stamp
 from inferplex.routing.cooldown import Cooldowns, Gate, MemoryCooldowns, RedisCooldowns
 from inferplex.routing.gate import PriorityGate, RateWindow
@@ -38,6 +37,7 @@ from inferplex.routing.pricing import comparable_price
 from inferplex.routing.retry import Verdict, classify, wait_before_retry
 from inferplex.routing.stats import Stats
 from inferplex.routing.strategies import SORT_STRATEGY, Candidate, apply_order, rank
+from inferplex.targets import Target
 
 T = TypeVar("T")
 
