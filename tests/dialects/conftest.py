@@ -18,6 +18,16 @@ from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 
+# test_anthropic_dialect.py runs `/v1/messages` in front of every native fake: the providers' gateway.
+from tests.native.conftest import (  # noqa: F401
+    _native_keys,
+    fake_anthropic,
+    fake_azure,
+    fake_bedrock,
+    fake_gemini,
+    native_gateway,
+)
+
 ANTHROPIC_KEY = "sk-ant-seed-fake"
 CALLER_KEY = "sk-caller-own-provider-key"
 
