@@ -1,7 +1,7 @@
 """Assembles the ASGI application: configuration in, Starlette app out.
 
 Adapters and the shared HTTP session are created in the lifespan (they need the running event loop) and
-closed on shutdown; everything a handler needs hangs off one `Services` object on `app.state`.
+closed on shutdown; everything a handler needs hangs off one `services.Services` object on `app.state`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from starlette.types import Receive, Scope, Send
 
 from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import routes as admin_routes
-from inferplex.auth import Authenticator
 from inferplex.catalog import Catalog
-from inferplex.config import Config, ServerConfig
+from inferplex.config import Config
 from inferplex.dialects import anthropic as anthropic_dialect
 from inferplex.dialects import inferexchange as inferexchange_dialect
 from inferplex.dialects import oneinfer as oneinfer_dialect
@@ -31,13 +30,13 @@ from inferplex.dialects import unify as unify_dialect
 from inferplex.dialects.by_path import error_payload, plain_error
 from inferplex.edge import Endpoint, json_response, self_contained
 from inferplex.http_server import HeadLimits
-from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits
 from inferplex.pipeline import Pipeline
 from inferplex.processors.chain import gateway_factory
 from inferplex.providers.base import Adapter
 from inferplex.providers.http import new_session
 from inferplex.providers.registry import load_factory
 from inferplex.routing.router import build_router
+from inferplex.services import Services, json_limits
 
 
 @dataclass(slots=True)
@@ -46,18 +45,6 @@ class Resources:
 
     http: aiohttp.ClientSession
     config: Config
-
-
-@dataclass(slots=True)
-class Services:
-    pipeline: Pipeline
-    auth: Authenticator
-    max_body_bytes: int
-    json_limits: JsonLimits = DEFAULT_LIMITS
-
-
-def json_limits(server: ServerConfig) -> JsonLimits:
-    return JsonLimits(server.max_json_depth, server.max_json_items, server.max_json_string_chars)
 
 
 def build_adapters(config: Config, resources: Resources) -> dict[str, Adapter]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -27,12 +27,10 @@ from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest
 from inferplex.pipeline import ChatStream, Context
 from inferplex.providers.failures import UpstreamOverloaded
+from inferplex.services import Services
 from inferplex.streaming import SSEResponse
 from inferplex.translate.anthropic_to_openai import MessageStreamWriter, error_body, to_canonical, to_message
 from inferplex.translate.openai_to_bedrock import family as bedrock_family
-
-if TYPE_CHECKING:
-    from inferplex.app import Services
 
 log = logging.getLogger("inferplex")
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from pydantic import ValidationError
@@ -43,11 +43,9 @@ from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InternalError, InvalidRequest, UnsupportedMediaType
 from inferplex.json_limits import JsonLimits
 from inferplex.pipeline import ChatStream, Context
+from inferplex.services import Services
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
-
-if TYPE_CHECKING:
-    from inferplex.app import Services
 
 log = logging.getLogger("inferplex")
 

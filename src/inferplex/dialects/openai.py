@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from starlette.requests import Request
@@ -22,11 +22,9 @@ from inferplex.config import ModelConfig
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InternalError, InvalidRequest, NotFound
 from inferplex.pipeline import ChatStream, Context
+from inferplex.services import Services
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
-
-if TYPE_CHECKING:
-    from inferplex.app import Services
 
 log = logging.getLogger("inferplex")
 

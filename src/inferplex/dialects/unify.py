@@ -21,7 +21,7 @@ returns), filtered by the `model` and `provider` query parameters.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -33,9 +33,7 @@ from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest
 from inferplex.pipeline import Context
 from inferplex.providers.base import CallerKey
-
-if TYPE_CHECKING:
-    from inferplex.app import Services
+from inferplex.services import Services
 
 CUSTOM_KEY_HEADER = "x-provider-api-key"
 # Only the OpenAI-compatible adapter knows how to use a caller's key; elsewhere it would be silently ignored.
