@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
+from inferplex.accounts.limits import NO_LIMITS, LimitPlan
 from inferplex.errors import PermissionDenied, Unauthenticated
 
 ALL_SCOPES = frozenset({"chat", "embeddings", "images", "audio", "video", "models:read", "admin"})
@@ -31,8 +32,14 @@ class Principal:
     allowed_models: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
-    # Free-form per-key settings later stages read (limits, default processors, ...).
-    settings: dict[str, Any] = field(default_factory=dict)
+    # The key's and its account's limits, worked out once per key record (accounts/limits.py), so the guard
+    # admits a request without reading the record again.
+    limits: LimitPlan = NO_LIMITS
+    # The key's processor lists as the admin API stored them (names or objects): `default_processors` run
+    # when a request names none, `enforced_processors` always (processors/spec.py). Kept unparsed: most
+    # keys have none, and a request parses them only when they are there.
+    default_processors: tuple[Any, ...] = ()
+    enforced_processors: tuple[Any, ...] = ()
     # What a token minted by this principal is bound to (accounts/tokens.py): a fingerprint of the secret
     # it authenticated with, so that secret's rotation ends the token. Empty: it may not mint tokens.
     binding: str = ""

@@ -1,7 +1,7 @@
 """A gateway whose models pick the fake upstream's verbatim behaviours, and keys with processor settings.
 
 Keys are served by `SettingsAuth`, an Authenticator swapped in after start-up: each test key maps to a
-Principal whose `settings` carry `default_processors` / `enforced_processors`, as stored API keys will.
+Principal with `default_processors` / `enforced_processors`, as a stored API key's has.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 
 KEYS = {
-    "key-enforced": Principal(key_id="k1", settings={"enforced_processors": [{"name": "pii_redact", "mode": "mask"}]}),
-    "key-defaults": Principal(key_id="k2", settings={"default_processors": ["secret_scan"]}),
+    "key-enforced": Principal(key_id="k1", enforced_processors=({"name": "pii_redact", "mode": "mask"},)),
+    "key-defaults": Principal(key_id="k2", default_processors=("secret_scan",)),
     "key-limited": Principal(key_id="k3", allowed_models=("tiny-mid", "tiny-big", "auto")),
 }
 

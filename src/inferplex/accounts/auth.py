@@ -22,7 +22,6 @@ from inferplex.accounts.limits import LimitPlan, Limits
 from inferplex.accounts.tokens import TOKEN_PREFIX, Claims, binding, verify
 from inferplex.auth import MASTER, MasterKeyAuth, Principal, credential, digest, effective_scopes
 from inferplex.errors import PermissionDenied, Unauthenticated
-from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY
 from inferplex.store.keys import AccountLimits, KeyRecord, KeyStore
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -73,11 +72,9 @@ def principal_of(
         allowed_models=tuple(record.allowed_models),
         tags=tuple(record.tags),
         metadata=dict(record.metadata),
-        settings={
-            "limits": LimitPlan.of(limit_scopes),
-            DEFAULTS_KEY: list(record.default_processors),
-            ENFORCED_KEY: list(record.enforced_processors),
-        },
+        limits=LimitPlan.of(limit_scopes),
+        default_processors=tuple(record.default_processors),
+        enforced_processors=tuple(record.enforced_processors),
         binding=bound_to,
     )
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from inferplex.accounts.limits import NO_LIMITS, LimitPlan
+from inferplex.accounts.limits import LimitPlan
 from inferplex.accounts.pricing import (
     Tokens,
     cost_micros,
@@ -93,7 +93,7 @@ class AccountGuard:
             ctx.streamed = []  # the response is kept for the usage log (a stream's chunks collected here)
         prompt = estimate_prompt_tokens(request)
         ctx.options["prompt_tokens_estimate"] = prompt
-        plan: LimitPlan = p.settings.get("limits", NO_LIMITS)
+        plan = p.limits
         held: list[_Held] = []
         try:
             if plan.buckets or plan.slots:

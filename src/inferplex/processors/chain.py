@@ -20,7 +20,7 @@ from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog
 from inferplex.errors import InvalidRequest
 from inferplex.processors.base import Again, Env, Exchange, Processor, known_processors, load_factory
-from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY, Requested, Spec, from_settings, merge, requested
+from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY, Requested, Spec, key_specs, merge, requested
 from inferplex.providers.base import Chunk
 from inferplex.targets import Target
 
@@ -140,18 +140,18 @@ async def _waiting(chunks: AsyncIterator[Chunk], waited: list[float]) -> AsyncIt
 def factory(env: Env) -> Callable[[Context, ChatRequest], Chain | None]:
     def make(ctx: Context, request: ChatRequest) -> Chain | None:
         raw = request.model_extra or {}
-        settings = ctx.principal.settings
+        principal = ctx.principal
         if (
             "processors" not in raw
             and "inferada" not in raw
-            and not settings.get(ENFORCED_KEY)
-            and not settings.get(DEFAULTS_KEY)
+            and not principal.enforced_processors
+            and not principal.default_processors
         ):
             return None  # the common case, decided without parsing anything
         req = requested(raw)
         check_known(req.specs, "inferada.processors" if req.inferada else "processors")
-        enforced = from_settings(settings, ENFORCED_KEY)
-        defaults = from_settings(settings, DEFAULTS_KEY)
+        enforced = key_specs(principal.enforced_processors, ENFORCED_KEY)
+        defaults = key_specs(principal.default_processors, DEFAULTS_KEY)
         check_known(enforced, ENFORCED_KEY)
         check_known(defaults, DEFAULTS_KEY)
         specs = merge(req.specs, defaults, enforced)

@@ -5,14 +5,14 @@ Two spellings are accepted for the request's list, with the same meaning:
 - Inferada's: `"inferada": {"processors": ["pii_redact"], "language": "fr", "pii_redact": {"mode": "restore"}}`
   (per-processor options live beside the list, keyed by the processor's name).
 
-Per key (`Principal.settings`): `default_processors` run when the request names none (an explicit empty list
-turns them off); `enforced_processors` always run, and their options win over the request's, so a request
-can neither switch one off nor weaken it. Everything here is pure and table-tested.
+Per key (`Principal.default_processors` / `enforced_processors`): the defaults run when the request names
+none (an explicit empty list turns them off); the enforced ones always run, and their options win over the
+request's, so a request can neither switch one off nor weaken it. Everything here is pure and table-tested.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,11 +75,10 @@ def _language(value: Any, param: str) -> str | None:
     return value.strip().lower()
 
 
-def from_settings(settings: Mapping[str, Any], key: str) -> list[Spec]:
-    value = settings.get(key)
-    if value is None:
-        return []
-    return parse_list(value, key)
+def key_specs(value: Sequence[Any], key: str) -> list[Spec]:
+    """A key's stored processor list (`Principal.default_processors` / `enforced_processors`), named by
+    its setting in errors."""
+    return parse_list(list(value), key) if value else []
 
 
 def merge(request: list[Spec] | None, defaults: list[Spec], enforced: list[Spec]) -> list[Spec]:
