@@ -459,7 +459,7 @@ class Pipeline:
 
         async def call(target: Target) -> dict[str, Any]:
             ctx.timings.mark_upstream_start()
-            return await self.adapters[target.provider.name].embed(request, raw, target)
+            return await self.adapters[target.provider.name].embed(request, raw, target, ctx.info)
 
         try:
             response = await self.router.run(ctx, resolved, call)

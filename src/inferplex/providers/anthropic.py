@@ -80,27 +80,29 @@ class Anthropic(NativeAdapter):
         configured = headers.get("anthropic-beta")
         return {**headers, "anthropic-beta": f"{configured},{wanted}" if configured else wanted}
 
-    async def _post(self, url: str, body: Chunk, request: ChatRequest, timeouts: Timeouts) -> Any:
+    async def _post(
+        self, url: str, body: Chunk, request: ChatRequest, target: Target, timeouts: Timeouts | None
+    ) -> Any:
         try:
-            data, _ = await http.post_json(
-                self._session, url, body, self._with_betas(self._headers, request), timeouts, self.config.name
-            )
+            headers = self._with_betas(self._headers, request)
+            data, _ = await http.post_json_within(target, timeouts, self._session, url, body, headers)
         except GatewayError as err:
             raise overloaded(err) from err
         return data
 
-    async def _chat_once(self, request: ChatRequest, target: Target) -> Chunk:
+    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=False)
-        # `target.provider` carries the deployment's timeouts (the router applies them), not `self.config`
-        data = await self._post(self._url, body, request, target.provider.timeouts)
+        data = await self._post(self._url, body, request, target, timeouts)
         return tr.to_completion(data, target.model.name)
 
-    async def _stream_once(self, request: ChatRequest, target: Target) -> AsyncIterator[Chunk]:
+    async def _stream_once(
+        self, request: ChatRequest, target: Target, timeouts: Timeouts | None
+    ) -> AsyncIterator[Chunk]:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=True)
         name = self.config.name
         try:
             headers = self._with_betas(self._stream_headers, request)
-            resp = await http.open_stream(self._session, self._url, body, headers, target.provider.timeouts, name)
+            resp = await http.open_stream_within(target, timeouts, self._session, self._url, body, headers)
         except GatewayError as err:
             raise overloaded(err) from err
         translator = tr.AnthropicStream(target.model.name)
@@ -122,7 +124,7 @@ class Anthropic(NativeAdapter):
         body = tr.build_request(request, target.upstream_model, 1, stream=False)
         for key in ("max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "metadata", "service_tier"):
             body.pop(key, None)
-        data = await http.bounded(target, lambda timeouts: self._post(self._count_url, body, request, timeouts))
+        data = await self._post(self._count_url, body, request, target, None)
         count = data.get("input_tokens") if isinstance(data, dict) else None
         if not isinstance(count, int):
             raise UpstreamError(f"provider {self.config.name} sent a token count without input_tokens")

@@ -76,8 +76,10 @@ class AzureOpenAI:
     ) -> AsyncIterator[Chunk]:
         return self._for(target).chat_stream(request, raw, target, info)
 
-    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], target: Target) -> dict[str, Any]:
-        return await self._for(target).embed(request, raw, target)
+    async def embed(
+        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
+    ) -> dict[str, Any]:
+        return await self._for(target).embed(request, raw, target, info)
 
     async def aclose(self) -> None:
         """The HTTP session is shared and closed by the app."""

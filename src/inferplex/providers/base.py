@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from inferplex.canonical import ChatRequest, EmbeddingRequest
+from inferplex.config import Timeouts
 from inferplex.targets import Target
 
 Chunk = dict[str, Any]
@@ -37,11 +38,17 @@ class CallInfo:
     """What the adapter reports back besides the body: used in headers and logs.
 
     `caller_key`, when set, travels the other way: the provider it names uses it instead of its configured
-    key; any other provider (a fallback) ignores it, so it never reaches a provider it was not meant for."""
+    key; any other provider (a fallback) ignores it, so it never reaches a provider it was not meant for.
+
+    `timeouts` travels that way too: the router sets it for each attempt (the provider's timeouts with the
+    deployment's own `connect` applied) and bounds the attempt itself with its `Deadline`. When it is None
+    the caller is not the router, and the adapter bounds the call itself (`http.bounded`), so no upstream
+    call is ever unbounded, whoever makes it."""
 
     dropped_params: list[str] = field(default_factory=list)
     queued_ms: float = 0.0
     caller_key: CallerKey | None = None
+    timeouts: Timeouts | None = None
 
 
 class Adapter(Protocol):
@@ -55,7 +62,9 @@ class Adapter(Protocol):
         """Yield `chat.completion.chunk` dicts; the last ones carry finish_reason and usage."""
         ...
 
-    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], target: Target) -> dict[str, Any]:
+    async def embed(
+        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
+    ) -> dict[str, Any]:
         """Return an OpenAI embeddings `list` with usage, in the requested `encoding_format` (float or base64)."""
         ...
 

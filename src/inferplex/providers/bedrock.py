@@ -21,7 +21,7 @@ import yarl
 
 from inferplex.canonical import ChatRequest
 from inferplex.capabilities import D, E, ProviderCapabilities
-from inferplex.config import ConfigError, ProviderConfig
+from inferplex.config import ConfigError, ProviderConfig, Timeouts
 from inferplex.errors import GatewayError, Unavailable, UpstreamError
 from inferplex.providers import http
 from inferplex.providers.base import Chunk
@@ -98,18 +98,19 @@ class Bedrock(NativeAdapter):
             return UpstreamOverloaded(err.message, upstream_status=err.upstream_status, retry_after=err.retry_after)
         return err
 
-    async def _chat_once(self, request: ChatRequest, target: Target) -> Chunk:
+    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target))
         url = self._url(target.upstream_model, "converse")
         headers = self._signed_headers(url, orjson.dumps(body), "application/json")
         try:
-            timeouts = target.provider.timeouts  # the deployment's own, applied by the router
-            data, _ = await http.post_json(self._session, url, body, headers, timeouts, self.config.name)
+            data, _ = await http.post_json_within(target, timeouts, self._session, url, body, headers)
         except GatewayError as err:
             raise self._failure(err) from err
         return tr.to_completion(data, target.model.name)
 
-    async def _stream_once(self, request: ChatRequest, target: Target) -> AsyncIterator[Chunk]:
+    async def _stream_once(
+        self, request: ChatRequest, target: Target, timeouts: Timeouts | None
+    ) -> AsyncIterator[Chunk]:
         from botocore.eventstream import EventStreamBuffer  # type: ignore[import-untyped]
 
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target))
@@ -117,7 +118,7 @@ class Bedrock(NativeAdapter):
         headers = self._signed_headers(url, orjson.dumps(body), "application/vnd.amazon.eventstream")
         name = self.config.name
         try:
-            resp = await http.open_stream(self._session, url, body, headers, target.provider.timeouts, name)
+            resp = await http.open_stream_within(target, timeouts, self._session, url, body, headers)
         except GatewayError as err:
             raise self._failure(err) from err
         translator = tr.BedrockStream(target.model.name)

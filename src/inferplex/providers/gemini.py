@@ -15,7 +15,7 @@ import aiohttp
 
 from inferplex.canonical import ChatRequest
 from inferplex.capabilities import N, ProviderCapabilities, Support
-from inferplex.config import ProviderConfig
+from inferplex.config import ProviderConfig, Timeouts
 from inferplex.errors import GatewayError, UpstreamError
 from inferplex.providers import http
 from inferplex.providers.base import Chunk
@@ -50,8 +50,6 @@ def _overloaded(err: GatewayError) -> GatewayError:
 
 
 class Gemini(NativeAdapter):
-    """Calls take `target.provider.timeouts`: the router puts the deployment's own timeouts there."""
-
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
         self.config = config
         self.capabilities = CAPABILITIES
@@ -66,28 +64,24 @@ class Gemini(NativeAdapter):
     def _url(self, model: str, method: str) -> str:
         return f"{self._base}/models/{quote(model, safe='')}:{method}"
 
-    async def _chat_once(self, request: ChatRequest, target: Target) -> Chunk:
+    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
         body = tr.build_request(request)
+        url = self._url(target.upstream_model, "generateContent")
         try:
-            data, _ = await http.post_json(
-                self._session,
-                self._url(target.upstream_model, "generateContent"),
-                body,
-                self._headers,
-                target.provider.timeouts,
-                self.config.name,
-            )
+            data, _ = await http.post_json_within(target, timeouts, self._session, url, body, self._headers)
         except GatewayError as err:
             raise _overloaded(err) from err
         return tr.to_completion(data, target.model.name)
 
-    async def _stream_once(self, request: ChatRequest, target: Target) -> AsyncIterator[Chunk]:
+    async def _stream_once(
+        self, request: ChatRequest, target: Target, timeouts: Timeouts | None
+    ) -> AsyncIterator[Chunk]:
         body = tr.build_request(request)
         url = self._url(target.upstream_model, "streamGenerateContent") + "?alt=sse"
         name = self.config.name
         try:
             headers = {**self._headers, "accept": "text/event-stream"}
-            resp = await http.open_stream(self._session, url, body, headers, target.provider.timeouts, name)
+            resp = await http.open_stream_within(target, timeouts, self._session, url, body, headers)
         except GatewayError as err:
             raise _overloaded(err) from err
         translator = tr.GeminiStream(target.model.name)

@@ -248,21 +248,59 @@ def incomplete(provider: str) -> UpstreamError:
     return UpstreamError(f"provider {provider} ended the stream before it was complete")
 
 
-async def bounded(target: Target, call: Callable[[Timeouts], Awaitable[T]]) -> T:
-    """`call(timeouts)` bounded as the router bounds an attempt, for the calls it does not make (token counts).
+def deployment_timeouts(target: Target) -> Timeouts:
+    """The timeouts an attempt at `target` runs with: its provider's, with the deployment's own `connect`.
 
-    The router applies a deployment's `connect` to its provider and bounds the rest with its `Deadline`;
-    a call made beside it gets the same: the deployment's connect timeout (else the provider's) for
-    aiohttp, and the read bound, or the total one when shorter, for the whole call."""
+    The router computes this once per deployment and hands it to the adapter on the `CallInfo`; a call the
+    router does not make computes it here."""
+    provider, connect = target.provider.timeouts, target.deployment.timeouts.connect
+    return provider if connect is None else provider.model_copy(update={"connect": connect})
+
+
+async def bounded(target: Target, call: Callable[[Timeouts], Awaitable[T]]) -> T:
+    """`call(timeouts)` bounded as the router bounds an attempt, for the calls it does not make.
+
+    The router hands its attempts their timeouts and bounds the rest with its `Deadline`; a call made beside
+    it (token counts, an adapter called directly) gets the same: `deployment_timeouts` for aiohttp's
+    connect, and the read bound, or the total one when shorter, for the whole call."""
     provider, own = target.provider.timeouts, target.deployment.timeouts
-    timeouts = provider if own.connect is None else provider.model_copy(update={"connect": own.connect})
     total = own.total or provider.total
     limit = min(provider.read, total) if total else provider.read
     deadline = Deadline(limit)
     try:
         with deadline:
-            return await call(timeouts)
+            return await call(deployment_timeouts(target))
     except TimeoutError:
         if not deadline.expired():
             raise
         raise UpstreamTimeout(f"provider {target.provider.name} did not answer within {limit:.3g}s") from None
+
+
+async def post_json_within(
+    target: Target,
+    timeouts: Timeouts | None,
+    session: aiohttp.ClientSession,
+    url: str | URL,
+    body: Any,
+    headers: Mapping[str, str],
+) -> tuple[Any, Mapping[str, str]]:
+    """`post_json` with the attempt's `timeouts`; bounded here (`bounded`) when the router gave none."""
+    name = target.provider.name
+    if timeouts is not None:
+        return await post_json(session, url, body, headers, timeouts, name)
+    return await bounded(target, lambda t: post_json(session, url, body, headers, t, name))
+
+
+async def open_stream_within(
+    target: Target,
+    timeouts: Timeouts | None,
+    session: aiohttp.ClientSession,
+    url: str | URL,
+    body: Any,
+    headers: Mapping[str, str],
+) -> aiohttp.ClientResponse:
+    """`open_stream` with the attempt's `timeouts`; its opening bounded here when the router gave none."""
+    name = target.provider.name
+    if timeouts is not None:
+        return await open_stream(session, url, body, headers, timeouts, name)
+    return await bounded(target, lambda t: open_stream(session, url, body, headers, t, name))

@@ -241,7 +241,9 @@ class LocalProvider:
                 self._encoders[spec.name] = encoder
         return encoder
 
-    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], target: Target) -> dict[str, Any]:
+    async def embed(
+        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
+    ) -> dict[str, Any]:
         texts = request.texts()
         if texts is None:
             raise InvalidRequest("The local embedding model accepts text input only, not token arrays.", param="input")

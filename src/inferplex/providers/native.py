@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.capabilities import Plan, ProviderCapabilities, plan
+from inferplex.config import Timeouts
 from inferplex.emulation import run_chat, run_stream
 from inferplex.errors import InvalidRequest
 from inferplex.providers.base import CallInfo, Chunk
@@ -40,26 +41,34 @@ class NativeAdapter:
 
     async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
         decided = self._plan(request, target, info, stream=False)
-        return await run_chat(decided, lambda r: self._chat_once(r, target))
+        timeouts = info.timeouts
+        return await run_chat(decided, lambda r: self._chat_once(r, target, timeouts))
 
     async def chat_stream(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
     ) -> AsyncIterator[Chunk]:
         decided = self._plan(request, target, info, stream=True)
-        stream = run_stream(decided, lambda r: self._chat_once(r, target), lambda r: self._stream_once(r, target))
+        timeouts = info.timeouts
+        stream = run_stream(
+            decided, lambda r: self._chat_once(r, target, timeouts), lambda r: self._stream_once(r, target, timeouts)
+        )
         try:
             async for chunk in stream:
                 yield chunk
         finally:
             await stream.aclose()
 
-    async def _chat_once(self, request: ChatRequest, target: Target) -> Chunk:
+    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
+        """One buffered call; `timeouts` is the attempt's (`CallInfo.timeouts`), None outside the router."""
         raise NotImplementedError
 
-    def _stream_once(self, request: ChatRequest, target: Target) -> AsyncIterator[Chunk]:
+    def _stream_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> AsyncIterator[Chunk]:
+        """One streamed call; `timeouts` as for `_chat_once`."""
         raise NotImplementedError
 
-    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], target: Target) -> dict[str, Any]:
+    async def embed(
+        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
+    ) -> dict[str, Any]:
         raise InvalidRequest(
             f"Provider {target.provider.name} does not serve embeddings through this gateway.",
             param="model",

@@ -151,11 +151,11 @@ class OpenAICompatible:
     async def _send(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
         body, dropped = build_chat_body(raw, target.upstream_model, self.profile, stream=False)
         info.dropped_params = sorted({*info.dropped_params, *dropped})
-        # `target.provider` carries the deployment's timeout overrides (routing); it is this adapter's config.
-        timeouts = target.provider.timeouts
-        data, _ = await http.post_json(
-            self._session, self._chat_url, body, self._auth(self._headers, info), timeouts, self.config.name
-        )
+        headers, timeouts = self._auth(self._headers, info), info.timeouts
+        if timeouts is None:  # not the router's attempt: bounded here
+            data, _ = await http.post_json_within(target, None, self._session, self._chat_url, body, headers)
+        else:  # the fast path: `post_json_within`'s frame spared
+            data, _ = await http.post_json(self._session, self._chat_url, body, headers, timeouts, self.config.name)
         return normalize_completion(data, target.model.name)
 
     async def _send_stream(
@@ -164,9 +164,11 @@ class OpenAICompatible:
         body, dropped = build_chat_body(raw, target.upstream_model, self.profile, stream=True)
         info.dropped_params = sorted({*info.dropped_params, *dropped})
         name = self.config.name
-        resp = await http.open_stream(
-            self._session, self._chat_url, body, self._auth(self._stream_headers, info), target.provider.timeouts, name
-        )
+        headers, timeouts = self._auth(self._stream_headers, info), info.timeouts
+        if timeouts is None:
+            resp = await http.open_stream_within(target, None, self._session, self._chat_url, body, headers)
+        else:
+            resp = await http.open_stream(self._session, self._chat_url, body, headers, timeouts, name)
         public = target.model.name
         done = False
         stream_id: str | None = None
@@ -199,12 +201,13 @@ class OpenAICompatible:
         if not done:
             raise http.incomplete(name)
 
-    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], target: Target) -> dict[str, Any]:
+    async def embed(
+        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
+    ) -> dict[str, Any]:
         body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
         body["model"] = target.upstream_model
-        data, _ = await http.post_json(
-            self._session, self._embed_url, body, self._headers, target.provider.timeouts, self.config.name
-        )
+        url, headers = self._embed_url, self._headers
+        data, _ = await http.post_json_within(target, info.timeouts, self._session, url, body, headers)
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
             raise UpstreamError(f"provider {self.config.name} sent an embeddings response without data")
         data["model"] = target.model.name

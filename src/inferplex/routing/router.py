@@ -18,17 +18,17 @@ It records each attempt on `ctx.attempt_log` and reports the deployment that ser
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
 from inferplex.catalog import Catalog, Resolved
-from inferplex.config import Config, CooldownConfig, ModelConfig
+from inferplex.config import Config, CooldownConfig, ModelConfig, Timeouts
 from inferplex.deadlines import Deadline
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, RateLimited, Unavailable, UpstreamTimeout
 from inferplex.pipeline import Attempt, Context
+from inferplex.providers.http import deployment_timeouts
 from inferplex.routing.attempt import Slot, WatchedStream, stamp
 from inferplex.routing.cooldown import Cooldowns, Gate, MemoryCooldowns, RedisCooldowns
 from inferplex.routing.gate import PriorityGate, RateWindow
@@ -63,7 +63,7 @@ class Router:
         self._rng = rng or random.Random()
         self._gates: dict[str, PriorityGate] = {}
         self._windows: dict[str, RateWindow] = {}
-        self._effective: dict[str, Target] = {}
+        self._timeouts: dict[str, Timeouts] = {}
 
     async def aclose(self) -> None:
         await self.cooldowns.aclose()
@@ -84,17 +84,15 @@ class Router:
             found = self._windows[key] = RateWindow(target.deployment.rpm, target.deployment.tpm)
         return found
 
-    def _with_timeouts(self, target: Target) -> Target:
-        """The target as the adapter should see it: the deployment's connect timeout applied to its provider."""
-        connect = target.deployment.timeouts.connect
-        if connect is None:
-            return target
+    def _attempt_timeouts(self, target: Target) -> Timeouts:
+        """What the adapter is handed for an attempt (`CallInfo.timeouts`): the provider's timeouts with the
+        deployment's own connect applied, worked out once per deployment (`http.deployment_timeouts`)."""
+        if target.deployment.timeouts.connect is None:
+            return target.provider.timeouts
         key = f"{target.model.name}\0{target.key}"
-        found = self._effective.get(key)
+        found = self._timeouts.get(key)
         if found is None:
-            timeouts = target.provider.timeouts.model_copy(update={"connect": connect})
-            found = dataclasses.replace(target, provider=target.provider.model_copy(update={"timeouts": timeouts}))
-            self._effective[key] = found
+            found = self._timeouts[key] = deployment_timeouts(target)
         return found
 
     # ---- the plan ---------------------------------------------------------------------------------------
@@ -353,7 +351,8 @@ class Router:
         limit = max(min(first, ends_at - started), 0.0)
         try:
             with Deadline(limit) as cm:
-                result = await call(self._with_timeouts(target))
+                ctx.info.timeouts = self._attempt_timeouts(target)
+                result = await call(target)
         except TimeoutError:
             if not cm.expired():
                 slot.release()
