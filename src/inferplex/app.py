@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from starlette.applications import Starlette
@@ -16,7 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import routes as admin_routes
@@ -76,6 +77,10 @@ class Gateway(Starlette):
     (docs/benchmarks.md). Routes built by `edge.endpoint` render every failure themselves, so for them
     those layers add nothing; everything else (path parameters, 404 and 405, HEAD, lifespan, a mounted
     root_path) still takes Starlette's path.
+
+    Middleware added to the app (CORS, OpenTelemetry, a request logger) must see every request, so an app
+    with any takes Starlette's path for every route: the dict is emptied when middleware is added, given to
+    the constructor, or found when the stack is built at start-up (`user_middleware` changed by hand).
     """
 
     # Read by the HTTP protocol (http_server.py) when a connection is made.
@@ -90,6 +95,17 @@ class Gateway(Starlette):
             for method in route.methods or ()
             if method != "HEAD"
         }
+        if self.user_middleware:
+            self._exact.clear()
+
+    def add_middleware(self, middleware_class: Any, *args: Any, **kwargs: Any) -> None:
+        super().add_middleware(middleware_class, *args, **kwargs)
+        self._exact.clear()
+
+    def build_middleware_stack(self) -> ASGIApp:
+        if self.user_middleware:
+            self._exact.clear()
+        return super().build_middleware_stack()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not scope.get("root_path"):
