@@ -246,8 +246,13 @@ def reconciles(server: Server) -> bool:
     """Whether the key's account balance still equals the sum of its ledger."""
     admin = {"Authorization": f"Bearer {MASTER}"}
     acct = httpx.get(f"{server.base}/admin/accounts/{server.account}", headers=admin).json()
-    ledger = httpx.get(f"{server.base}/admin/accounts/{server.account}/ledger", params={"limit": 10**7}, headers=admin)
-    return bool(acct["balance_micros"] == sum(e["amount_micros"] for e in ledger.json()["data"]))
+    total, params = 0, {"limit": 10_000}
+    while True:  # a page at a time: the admin API answers at most 10,000 entries
+        page = httpx.get(f"{server.base}/admin/accounts/{server.account}/ledger", params=params, headers=admin).json()
+        total += sum(e["amount_micros"] for e in page["data"])
+        if not page.get("has_more"):
+            return bool(acct["balance_micros"] == total)
+        params["before"] = page["data"][-1]["id"]
 
 
 def throughput_rounds(servers: list[Server], args: argparse.Namespace) -> None:

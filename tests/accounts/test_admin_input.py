@@ -214,6 +214,25 @@ def test_good_page_sizes_still_page(admin: Admin) -> None:
     assert admin.client.get("/admin/usage?limit=10000").status_code == 200
 
 
+def test_a_ledger_longer_than_a_page_is_read_whole_with_before(admin: Admin) -> None:
+    """`limit` is capped, so a ledger longer than a page must still be readable whole (to reconcile it)."""
+    account = admin.create_key(credits_micros=5)["account_id"]
+    for amount in (1, 2, 3, 4):
+        r = admin.client.post(f"/admin/accounts/{account}/credits", json={"amount_micros": amount})
+        assert r.status_code == 200
+    seen: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 2}
+    while True:
+        page = admin.client.get(f"/admin/accounts/{account}/ledger", params=params).json()
+        seen += page["data"]
+        if not page["has_more"]:
+            break
+        params["before"] = page["data"][-1]["id"]
+    assert [e["amount_micros"] for e in seen] == [4, 3, 2, 1, 5]
+    assert sum(e["amount_micros"] for e in seen) == exact(admin, account) == 15
+    refused(admin.client.get(f"/admin/accounts/{account}/ledger?before=abc"), "before")
+
+
 @pytest.mark.parametrize(
     "method,path,param",
     [

@@ -84,7 +84,7 @@ ADMIN_OPERATIONS: list[Operation] = [
         "The account's ledger, newest first",
         r.LedgerList,
         (*_READ, 404),
-        params=(_LIMIT,),
+        params=(_LIMIT, Param("before", {"type": "integer", "minimum": 1, "maximum": 2**63 - 1})),
     ),
     _admin("get", "/admin/usage", "Usage rows, newest first", r.UsageList, _READ, params=(*_FILTER, _LIMIT)),
     _admin(

@@ -68,6 +68,7 @@ class LedgerEntry(TypedDict):
 class LedgerList(TypedDict):
     object: Literal["list"]
     data: list[LedgerEntry]
+    has_more: bool  # older entries remain: ask again with `before` = the last entry's id
 
 
 class UsageRow(TypedDict):

@@ -38,6 +38,7 @@ from inferplex.store.usage import GROUPS, UsageFilter
 
 B = TypeVar("B", bound=BaseModel)
 MAX_PAGE = 10_000  # rows a list answer holds at most (`limit`)
+MAX_ID = 2**63 - 1  # a ledger entry's id (BIGINT): the `before` cursor
 
 
 def _services(request: Request) -> AccountServices:
@@ -167,8 +168,9 @@ async def change_credits(request: Request, ctx: Context) -> Response:
 async def ledger(request: Request, ctx: Context) -> Response:
     s, account_id = _services(request), request.path_params["account_id"]
     await _account_view(s, account_id)
-    rows = await s.ledger.entries(account_id, _int(request, "limit", 1000, MAX_PAGE))
-    return json_response({"object": "list", "data": rows})
+    limit, before = _int(request, "limit", 1000, MAX_PAGE), _int(request, "before", 0, MAX_ID) or None
+    rows = await s.ledger.entries(account_id, limit + 1, before)
+    return json_response({"object": "list", "data": rows[:limit], "has_more": len(rows) > limit})
 
 
 # ---- usage -----------------------------------------------------------------------------------------------
@@ -283,7 +285,7 @@ routes = [
     Route("/admin/accounts/{account_id}", _admin(get_account), methods=["GET"]),
     Route("/admin/accounts/{account_id}", _admin(update_account), methods=["PATCH"]),
     Route("/admin/accounts/{account_id}/credits", _admin(change_credits), methods=["POST"]),
-    Route("/admin/accounts/{account_id}/ledger", _admin(ledger, ("limit",)), methods=["GET"]),
+    Route("/admin/accounts/{account_id}/ledger", _admin(ledger, ("limit", "before")), methods=["GET"]),
     Route("/admin/usage", _admin(usage, (*_FILTERS, "limit")), methods=["GET"]),
     Route("/admin/usage/totals", _admin(usage_totals, ("by", *_FILTERS)), methods=["GET"]),
     Route("/v1/auth/token", endpoint(render_error, issue_token, None), methods=["POST"]),

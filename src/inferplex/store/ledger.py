@@ -396,9 +396,13 @@ class Ledger:
     async def aclose(self) -> None:
         await self._batch.aclose()  # the refunds above too: they are queued like any move
 
-    async def entries(self, account_id: str, limit: int = 1000) -> list[dict[str, Any]]:
+    async def entries(self, account_id: str, limit: int = 1000, before: int | None = None) -> list[dict[str, Any]]:
+        """Newest first; `before` (an entry's id) pages back through a ledger longer than one answer."""
         await self._batch.drained()
-        query = select(t.ledger).where(t.ledger.c.account_id == account_id).order_by(t.ledger.c.id.desc()).limit(limit)
+        where = t.ledger.c.account_id == account_id
+        if before is not None:
+            where = where & (t.ledger.c.id < before)
+        query = select(t.ledger).where(where).order_by(t.ledger.c.id.desc()).limit(limit)
         rows = await self.db.read(lambda conn: conn.execute(query).all())
         return [{str(k): v for k, v in r._mapping.items()} for r in rows]
 
