@@ -24,9 +24,9 @@ from pydantic import TypeAdapter
 
 from inferplex.app import create_app
 from inferplex.config import parse_config
-from inferplex.dialects import anthropic_responses as ar
 from inferplex.dialects import oneinfer_responses as oir
 from inferplex.dialects import openai_responses as oa
+from inferplex.dialects.anthropic import responses as ar
 from tests.accounts.conftest import _pg
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI

@@ -7,7 +7,7 @@
   request that `ChatRequest` accepts or refuses with a 400.
 - Any valid provider answer (buffered, or a sequence of stream events, with unknown event and block types
   mixed in) becomes OpenAI chunks and completions of the documented shape (`openai_responses`), and those
-  render as an Anthropic message or event stream of Anthropic's documented shape (`anthropic_responses`).
+  render as an Anthropic message or event stream of Anthropic's documented shape (`dialects/anthropic/responses.py`).
 - A buffered completion replayed as chunks adds back up to the same completion.
 
 Bounded by max_examples; deadline off (pydantic validation of generated requests varies in speed).
@@ -25,12 +25,14 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from inferplex.canonical import ChatRequest, parse
-from inferplex.dialects import anthropic_responses as ar
 from inferplex.dialects import openai_responses as oa
-from inferplex.dialects.anthropic_wire import MessagesRequest
+from inferplex.dialects.anthropic import responses as ar
+from inferplex.dialects.anthropic import translate as a2o
+from inferplex.dialects.anthropic.wire import MessagesRequest
 from inferplex.errors import GatewayError
+from inferplex.providers import anthropic, gemini
+from inferplex.providers.failures import ProviderFailure
 from inferplex.sse import SSEDecoder
-from inferplex.translate import anthropic_to_openai as a2o
 from inferplex.translate import openai_shapes
 from inferplex.translate import openai_to_anthropic as o2a
 from inferplex.translate import openai_to_bedrock as o2b
@@ -373,8 +375,8 @@ def test_any_anthropic_answer_translates(answer: dict[str, Any]) -> None:
 def test_any_gemini_answer_translates_or_is_a_gateway_error(answer: dict[str, Any]) -> None:
     try:
         completion = o2g.to_completion(answer, "public")
-    except GatewayError as err:  # no candidates at all: the provider answered nothing
-        assert err.status >= 500 and not answer["candidates"]
+    except ProviderFailure as failure:  # no candidates at all: the provider answered nothing
+        assert gemini.ERRORS.failure(failure).status >= 500 and not answer["candidates"]
         return
     _check_completion(completion)
 
@@ -503,8 +505,8 @@ def test_a_stream_error_event_is_a_gateway_error(error: dict[str, Any]) -> None:
     stream = o2a.AnthropicStream("public")
     try:
         stream.feed("error", error)
-    except GatewayError as err:
-        assert err.status >= 400
+    except ProviderFailure as failure:
+        assert anthropic.ERRORS.failure(failure).status >= 400
     else:
         raise AssertionError("an error event must end the stream with a GatewayError")
 

@@ -23,12 +23,7 @@ from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import routes as admin_routes
 from inferplex.catalog import Catalog
 from inferplex.config import Config
-from inferplex.dialects import anthropic as anthropic_dialect
-from inferplex.dialects import inferexchange as inferexchange_dialect
-from inferplex.dialects import oneinfer as oneinfer_dialect
-from inferplex.dialects import openai as openai_dialect
-from inferplex.dialects import unify as unify_dialect
-from inferplex.dialects.by_path import error_payload, plain_error
+from inferplex.dialects.registry import dialects, error_payload, plain_error
 from inferplex.edge import Endpoint, json_response, self_contained
 from inferplex.http_server import HeadLimits
 from inferplex.pipeline import Pipeline
@@ -57,7 +52,7 @@ async def _health(request: Request) -> Response:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own 404 and 405 (with its `Allow` header), in the dialect of the path asked for."""
+    """Starlette's own 404 and 405 (with its `Allow` header), in the dialect that owns the path asked for."""
     assert isinstance(exc, HTTPException)
     what = f"{request.method} {request.url.path}"
     if exc.status_code == 404:
@@ -144,8 +139,7 @@ def create_app(config: Config, master_key: str) -> Gateway:
             await session.close()
             await accounts.aclose()
 
-    routes = [Route("/health", _health, methods=["GET"]), *openai_dialect.routes, *anthropic_dialect.routes]
-    routes += [*oneinfer_dialect.routes, *unify_dialect.routes, *inferexchange_dialect.routes]
+    routes = [Route("/health", _health, methods=["GET"]), *(r for d in dialects() for r in d.routes)]
     routes += admin_routes.routes
     app = Gateway(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     server = config.server

@@ -16,7 +16,7 @@ request line (414 past it), each header line and the whole head (431). The head 
 before the parser sees it, because httptools joins a header's pieces as they come: an 8 MiB header was
 otherwise read whole, copied again for each piece, and handed to the app. A head the parser rejects (a NUL
 in a header value, say) gets a 400. Each refusal is a JSON error in the dialect of the path asked for
-(`dialects/by_path.py`), followed by a bounded lingering close, as nginx does, so that the client reads it
+(`dialects/registry.py`), followed by a bounded lingering close, as nginx does, so that the client reads it
 instead of a connection reset. The cost on the request path is one comparison per read, and one call per
 request head and per request end.
 """
@@ -32,7 +32,7 @@ import httptools
 import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from inferplex.dialects.by_path import error_payload, plain_error
+from inferplex.dialects.registry import error_payload, plain_error
 from inferplex.errors import GatewayError
 
 log = logging.getLogger("inferplex")

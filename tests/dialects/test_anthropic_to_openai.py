@@ -8,9 +8,9 @@ import orjson
 import pytest
 
 from inferplex.canonical import ChatRequest, parse
-from inferplex.dialects.anthropic_wire import CountTokensRequest, MessagesRequest
+from inferplex.dialects.anthropic import translate as tr
+from inferplex.dialects.anthropic.wire import CountTokensRequest, MessagesRequest
 from inferplex.errors import InvalidRequest
-from inferplex.translate import anthropic_to_openai as tr
 
 USER = {"role": "user", "content": "hi"}
 

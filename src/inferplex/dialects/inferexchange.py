@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
+from inferplex.dialects.openai import DIALECT as OPENAI
 from inferplex.dialects.openai import chat_completions, get_model, list_models, render_error
+from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint
 
 routes = [
@@ -25,3 +27,5 @@ routes = [
         methods=["GET"],
     ),
 ]
+
+DIALECT = Dialect("inferexchange", routes, render_error, OPENAI.error_body, ("/api/v1/",))

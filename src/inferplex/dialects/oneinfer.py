@@ -23,7 +23,6 @@ Status codes are OneInfer's table, read as follows:
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -37,17 +36,17 @@ from starlette.routing import Route
 from inferplex.canonical import ChatRequest, most_telling, parse
 from inferplex.catalog import Catalog
 from inferplex.config import ModelConfig
+from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.forms import FieldKind, read_form
 from inferplex.dialects.openai import gateway_options
+from inferplex.dialects.registry import Dialect
 from inferplex.edge import Handler, endpoint, json_response, read_json
-from inferplex.errors import GatewayError, InternalError, InvalidRequest, UnsupportedMediaType
+from inferplex.errors import GatewayError, InvalidRequest, UnsupportedMediaType
 from inferplex.json_limits import JsonLimits
 from inferplex.pipeline import ChatStream, Context
 from inferplex.services import Services
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
-
-log = logging.getLogger("inferplex")
 
 DEFAULT_PROVIDER = "openai"
 DEFAULTS = {"temperature": 0.7, "max_tokens": 1000}
@@ -93,10 +92,7 @@ def error_envelope(err: GatewayError, status: int) -> dict[str, Any]:
 
 def render_error(err: GatewayError, ctx: Context) -> Response:
     status = status_for(err)
-    headers = ctx.headers()
-    if err.retry_after is not None:
-        headers["retry-after"] = str(max(int(err.retry_after + 0.999), 1))
-    return json_response(error_envelope(err, status), headers, status)
+    return json_response(error_envelope(err, status), error_headers(err, ctx), status)
 
 
 def _schema_error(message: str, param: str | None = None) -> InvalidRequest:
@@ -249,12 +245,9 @@ async def render_stream(stream: ChatStream) -> AsyncIterator[bytes]:
                     yield _frame({"id": f"chunk_{count}", "text": text, "finish_reason": None})
                 finish = choice.get("finish_reason") or finish
         yield _frame({"id": "chunk_final", "text": "", "finish_reason": finish or "stop"})
-    except GatewayError as err:
+    except Exception as exc:
+        err = stream_failure(exc, ctx)
         yield _frame(error_envelope(err, status_for(err)))
-    except Exception:
-        log.exception("stream failed", extra={"request_id": ctx.request_id})
-        internal = InternalError(f"The stream failed (request id {ctx.request_id}).")
-        yield _frame(error_envelope(internal, internal.status))
     finally:
         await stream.aclose()
     yield DONE
@@ -300,3 +293,10 @@ routes = [
         methods=["POST"],
     ),
 ]
+
+
+def _error_body(err: GatewayError) -> dict[str, Any]:
+    return error_envelope(err, err.status)
+
+
+DIALECT = Dialect("oneinfer", routes, render_error, _error_body, ("/v1/ula/",))

@@ -7,7 +7,6 @@ the first byte into an OpenAI error chunk followed by `[DONE]`, never a silent c
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,21 +18,18 @@ from starlette.routing import Route
 from inferplex.accounts.guard import cost_field
 from inferplex.canonical import ChatRequest, EmbeddingRequest, parse
 from inferplex.config import ModelConfig
+from inferplex.dialects.failure import error_headers, stream_failure
+from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
-from inferplex.errors import GatewayError, InternalError, InvalidRequest, NotFound
+from inferplex.errors import GatewayError, InvalidRequest, NotFound
 from inferplex.pipeline import ChatStream, Context
 from inferplex.services import Services
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
 
-log = logging.getLogger("inferplex")
-
 
 def render_error(err: GatewayError, ctx: Context) -> Response:
-    headers = ctx.headers()
-    if err.retry_after is not None:
-        headers["retry-after"] = str(max(int(err.retry_after + 0.999), 1))
-    return json_response(err.to_openai(), headers, err.status)
+    return json_response(err.to_openai(), error_headers(err, ctx), err.status)
 
 
 def _timing_headers(ctx: Context, stream: bool, t: dict[str, float] | None = None) -> dict[str, str]:
@@ -76,13 +72,10 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
             held["timings"] = ctx.timings.as_dict(ctx.completion_tokens, stream=True)
             held.update(cost_field(ctx))
             yield encode(orjson.dumps(held))
-    except GatewayError as err:
+    except Exception as exc:
         if held is not None:
             yield encode(orjson.dumps(held))
-        yield encode(orjson.dumps(err.to_openai()))
-    except Exception:
-        log.exception("stream failed", extra={"request_id": ctx.request_id})
-        yield encode(orjson.dumps(InternalError(f"The stream failed (request id {ctx.request_id}).").to_openai()))
+        yield encode(orjson.dumps(stream_failure(exc, ctx).to_openai()))
     finally:
         await stream.aclose()
     yield DONE
@@ -242,3 +235,10 @@ routes = [
     Route("/v1/models/{model_id:path}", endpoint(render_error, get_model, "models:read"), methods=["GET"]),
     Route("/v1/endpoints", endpoint(render_error, list_endpoints, "models:read"), methods=["GET"]),
 ]
+
+
+def _error_body(err: GatewayError) -> dict[str, Any]:
+    return err.to_openai()
+
+
+DIALECT = Dialect("openai", routes, render_error, _error_body, ("/v1/",))

@@ -28,7 +28,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest, parse
+from inferplex.dialects.openai import DIALECT as OPENAI
 from inferplex.dialects.openai import answer_chat, endpoint_rows, gateway_options, render_error
+from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest
 from inferplex.pipeline import Context
@@ -130,3 +132,6 @@ routes = [
     Route("/v0/chat/completions", endpoint(render_error, chat_completions, "chat", "unify"), methods=["POST"]),
     Route("/v0/endpoints", endpoint(render_error, list_endpoints, "models:read", "unify"), methods=["GET"]),
 ]
+
+# Unify's errors are OpenAI's (its docs defer to OpenAI's reference for them).
+DIALECT = Dialect("unify", routes, render_error, OPENAI.error_body, ("/v0/",))

@@ -5,10 +5,10 @@
 
 from __future__ import annotations
 
-from inferplex.dialects import anthropic_responses as ar
 from inferplex.dialects import oneinfer_responses as oir
 from inferplex.dialects import openai_responses as oa
-from inferplex.dialects.anthropic_wire import CountTokensRequest, MessagesRequest
+from inferplex.dialects.anthropic import responses as ar
+from inferplex.dialects.anthropic.wire import CountTokensRequest, MessagesRequest
 from inferplex.dialects.oneinfer import FORM_FIELDS
 from inferplex.dialects.seed_wire import (
     GatewayChatRequest,

@@ -16,7 +16,7 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
 REF = "#/components/schemas/{model}"
-# What the HTTP server may answer on any path before a route runs, in that path's dialect (dialects/by_path.py).
+# What the HTTP server may answer on any path before a route runs, in that path's dialect (dialects/registry.py).
 HEAD_ERRORS = (400, 414, 431)
 RETRY_AFTER = {
     "description": "seconds to wait before trying again",

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from inferplex.dialects.anthropic_wire import (
+from inferplex.dialects.anthropic.wire import (
     Base64Source,
     Block,
     CountTokensRequest,

@@ -1,7 +1,7 @@
 """What the Anthropic dialect answers, as TypedDicts: the response half of its wire schema
-(`anthropic_wire.py` is the request half).
+(`wire.py` is the request half).
 
-Built by `translate.anthropic_to_openai` as plain dicts; these types describe them for `/openapi.json` and
+Built by `translate.py` as plain dicts; these types describe them for `/openapi.json` and
 for the tests that validate real answers against that description.
 """
 

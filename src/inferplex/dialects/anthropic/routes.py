@@ -1,10 +1,10 @@
-"""The Anthropic dialect: `POST /v1/messages` and `/v1/messages/count_tokens`, to any configured model.
+"""The Anthropic dialect's routes: `POST /v1/messages` and `/v1/messages/count_tokens`.
 
-Parse the Anthropic request (wire schema in `anthropic_wire.py`) into the canonical request, call the
-pipeline exactly as the OpenAI dialect does, and render the canonical answer as an Anthropic Message or
-as Anthropic's SSE event grammar. Errors use Anthropic's shape and status mapping; an unknown model is a
-JSON 404 even for a stream (nothing is sent before the pipeline has a first chunk), and a failure after the
-first byte is an `event: error` frame.
+Parse the Anthropic request (wire schema in `wire.py`, translated by `translate.py`) into the canonical
+request, call the pipeline exactly as the OpenAI dialect does, and render the canonical answer as an
+Anthropic Message or as Anthropic's SSE event grammar. Errors use Anthropic's shape and status mapping;
+an unknown model is a JSON 404 even for a stream (nothing is sent before the pipeline has a first chunk),
+and a failure after the first byte is an `event: error` frame.
 
 Token counts: an Anthropic target answers with the provider's own count (its adapter's `count_tokens`);
 any other target gets the estimate in `estimate_input_tokens`.
@@ -12,7 +12,6 @@ any other target gets the estimate in `estimate_input_tokens`.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,17 +21,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest, parse
-from inferplex.dialects.anthropic_wire import CountTokensRequest, MessagesRequest
+from inferplex.dialects.anthropic.translate import MessageStreamWriter, error_body, to_canonical, to_message
+from inferplex.dialects.anthropic.wire import CountTokensRequest, MessagesRequest
+from inferplex.dialects.failure import error_headers, stream_failure
+from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest
 from inferplex.pipeline import ChatStream, Context
 from inferplex.providers.failures import UpstreamOverloaded
 from inferplex.services import Services
 from inferplex.streaming import SSEResponse
-from inferplex.translate.anthropic_to_openai import MessageStreamWriter, error_body, to_canonical, to_message
 from inferplex.translate.openai_to_bedrock import family as bedrock_family
-
-log = logging.getLogger("inferplex")
 
 _TYPES = {
     400: "invalid_request_error",
@@ -65,9 +64,8 @@ def error_shape(err: GatewayError) -> tuple[int, str]:
 
 def render_error(err: GatewayError, ctx: Context) -> Response:
     status, kind = error_shape(err)
-    headers = {**ctx.headers(), "request-id": ctx.request_id}
-    if err.retry_after is not None:
-        headers["retry-after"] = str(max(int(err.retry_after + 0.999), 1))
+    headers = error_headers(err, ctx)
+    headers["request-id"] = ctx.request_id
     return json_response(error_body(kind, err.message), headers, status)
 
 
@@ -109,12 +107,9 @@ async def render_stream(stream: ChatStream, writer: MessageStreamWriter) -> Asyn
                 yield frame
         for frame in writer.end():
             yield frame
-    except GatewayError as err:
+    except Exception as exc:
+        err = stream_failure(exc, ctx)
         for frame in writer.error(error_shape(err)[1], err.message):
-            yield frame
-    except Exception:
-        log.exception("stream failed", extra={"request_id": ctx.request_id})
-        for frame in writer.error("api_error", f"The stream failed (request id {ctx.request_id})."):
             yield frame
     finally:
         await stream.aclose()
@@ -190,3 +185,10 @@ routes = [
     Route("/v1/messages", endpoint(render_error, messages, "chat", "anthropic"), methods=["POST"]),
     Route("/v1/messages/count_tokens", endpoint(render_error, count_tokens, "chat", "anthropic"), methods=["POST"]),
 ]
+
+
+def _error_body(err: GatewayError) -> dict[str, Any]:
+    return error_body(error_shape(err)[1], err.message)
+
+
+DIALECT = Dialect("anthropic", routes, render_error, _error_body, ("/v1/messages",))
