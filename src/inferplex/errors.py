@@ -3,7 +3,8 @@
 Every failure, whether bad input, auth, an unknown model or a provider error, becomes a `GatewayError`
 carrying its HTTP status, an OpenAI-style `type` and `code`, and the offending `param`. Each dialect
 (OpenAI, Anthropic, the seeds) renders the same error in its own shape, so mapping happens once, at the
-boundary where it is raised, and never again.
+boundary where it is raised, and never again. A provider's failures are mapped onto this tree by its
+adapter's `ErrorMap` (providers/failures.py), at the HTTP edge.
 """
 
 from __future__ import annotations
@@ -125,24 +126,3 @@ class InternalError(GatewayError):
     status = 500
     type = "api_error"
     code = "internal_error"
-
-
-def from_upstream_status(status: int, message: str, retry_after: float | None = None) -> GatewayError:
-    """Map a provider's HTTP error to our tree, keeping the provider's message.
-
-    A 4xx caused by the request (bad parameter, context too long) is the caller's fault and keeps its status;
-    auth failures upstream are the gateway operator's problem, so the caller sees a 502, not a 401 that
-    would make them doubt their own gateway key.
-    """
-    if status in (400, 404, 409, 413, 422):
-        err: GatewayError = InvalidRequest(message, status=400 if status == 409 else status)
-        if status == 404:
-            err.code = "upstream_not_found"
-        if "context" in message.lower() and ("length" in message.lower() or "window" in message.lower()):
-            err = ContextLengthExceeded(message)
-        return err
-    if status == 429:
-        return RateLimited(message, retry_after=retry_after, code="upstream_rate_limited")
-    if status in (408, 504):
-        return UpstreamTimeout(message, upstream_status=status)
-    return UpstreamError(message, upstream_status=status, retry_after=retry_after)

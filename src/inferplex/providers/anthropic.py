@@ -1,7 +1,8 @@
 """The Anthropic Messages API adapter: `x-api-key` + `anthropic-version`, buffered, streamed, token counts.
 
-Translation lives in `translate/openai_to_anthropic.py`; this module only moves bytes and maps failures
-(an HTTP 529 "overloaded" becomes a retryable 503, an `error` event mid-stream its typed error).
+Translation lives in `translate/openai_to_anthropic.py`; this module only moves bytes and declares what
+Anthropic's failures mean (`ERRORS`: an HTTP 529 or `overloaded_error` is a retryable 503, and every typed
+error, in a body or as an `error` event mid-stream, maps by its type).
 Provider options: `anthropic_version` (default 2023-06-01) and `json_schema: native | tool` (how
 response_format json_schema is served: Anthropic's structured output, or a forced tool).
 """
@@ -17,10 +18,9 @@ import aiohttp
 from inferplex.canonical import ChatRequest
 from inferplex.capabilities import E, ProviderCapabilities, R, Support
 from inferplex.config import ProviderConfig, Timeouts
-from inferplex.errors import GatewayError, UpstreamError
 from inferplex.providers import http
 from inferplex.providers.base import Chunk
-from inferplex.providers.failures import overloaded
+from inferplex.providers.failures import ErrorMap
 from inferplex.providers.native import NativeAdapter
 from inferplex.targets import Target
 from inferplex.translate import openai_to_anthropic as tr
@@ -48,6 +48,20 @@ CAPABILITIES = ProviderCapabilities(
 )
 _TOOL_JSON = replace(CAPABILITIES, json_schema=E)
 
+ERRORS = ErrorMap(
+    overloaded_statuses=frozenset({529}),
+    overloaded_types=frozenset({"overloaded_error"}),
+    rate_limited_types=frozenset({"rate_limit_error"}),
+    type_status={
+        "invalid_request_error": 400,
+        "authentication_error": 401,
+        "permission_error": 403,
+        "not_found_error": 404,
+        "request_too_large": 413,
+        "api_error": 500,
+    },
+)
+
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
 
@@ -70,6 +84,7 @@ class Anthropic(NativeAdapter):
         self._stream_headers = {**headers, "accept": "text/event-stream"}
         self._session = session
         self.capabilities = _TOOL_JSON if config.options.get("json_schema") == "tool" else CAPABILITIES
+        self.errors = ERRORS.bind(config.name)
 
     @staticmethod
     def _with_betas(headers: dict[str, str], request: ChatRequest) -> dict[str, str]:
@@ -83,11 +98,8 @@ class Anthropic(NativeAdapter):
     async def _post(
         self, url: str, body: Chunk, request: ChatRequest, target: Target, timeouts: Timeouts | None
     ) -> Any:
-        try:
-            headers = self._with_betas(self._headers, request)
-            data, _ = await http.post_json_within(target, timeouts, self._session, url, body, headers)
-        except GatewayError as err:
-            raise overloaded(err) from err
+        headers = self._with_betas(self._headers, request)
+        data, _ = await http.post_json_within(target, timeouts, self._session, url, body, headers, self.errors)
         return data
 
     async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
@@ -99,15 +111,11 @@ class Anthropic(NativeAdapter):
         self, request: ChatRequest, target: Target, timeouts: Timeouts | None
     ) -> AsyncIterator[Chunk]:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=True)
-        name = self.config.name
-        try:
-            headers = self._with_betas(self._stream_headers, request)
-            resp = await http.open_stream_within(target, timeouts, self._session, self._url, body, headers)
-        except GatewayError as err:
-            raise overloaded(err) from err
+        headers = self._with_betas(self._stream_headers, request)
+        resp = await http.open_stream_within(target, timeouts, self._session, self._url, body, headers, self.errors)
         translator = tr.AnthropicStream(target.model.name)
         try:
-            async for event_name, data in http.json_events(resp, name):
+            async for event_name, data in http.json_events(resp, self.errors):
                 for chunk in translator.feed(event_name, data):
                     yield chunk
                 if translator.done:
@@ -115,7 +123,7 @@ class Anthropic(NativeAdapter):
         finally:
             resp.close()
         if not translator.done:
-            raise http.incomplete(name)
+            raise self.errors.malformed("ended the stream before it was complete")
 
     async def count_tokens(self, request: ChatRequest, target: Target) -> int:
         """The provider's own count of the request's input tokens (POST /v1/messages/count_tokens).
@@ -127,7 +135,7 @@ class Anthropic(NativeAdapter):
         data = await self._post(self._count_url, body, request, target, None)
         count = data.get("input_tokens") if isinstance(data, dict) else None
         if not isinstance(count, int):
-            raise UpstreamError(f"provider {self.config.name} sent a token count without input_tokens")
+            raise self.errors.malformed("sent a token count without input_tokens")
         return count
 
 

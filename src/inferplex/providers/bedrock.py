@@ -22,10 +22,10 @@ import yarl
 from inferplex.canonical import ChatRequest
 from inferplex.capabilities import D, E, ProviderCapabilities
 from inferplex.config import ConfigError, ProviderConfig, Timeouts
-from inferplex.errors import GatewayError, Unavailable, UpstreamError
+from inferplex.errors import GatewayError, Unavailable
 from inferplex.providers import http
 from inferplex.providers.base import Chunk
-from inferplex.providers.failures import UpstreamOverloaded, from_error_type
+from inferplex.providers.failures import ErrorMap, ProviderFailure
 from inferplex.providers.native import NativeAdapter
 from inferplex.targets import Target
 from inferplex.translate import openai_to_bedrock as tr
@@ -52,6 +52,20 @@ CAPABILITIES = ProviderCapabilities(
     ),
 )
 
+ERRORS = ErrorMap(
+    overloaded_statuses=frozenset({503, 529}),
+    overloaded_types=frozenset({"ServiceUnavailableException", "ModelNotReadyException"}),
+    rate_limited_types=frozenset({"ThrottlingException"}),
+    type_status={
+        "ValidationException": 400,
+        "AccessDeniedException": 403,
+        "ResourceNotFoundException": 404,
+        "InternalServerException": 500,
+        "ModelStreamErrorException": 500,
+        "ModelTimeoutException": 504,
+    },
+)
+
 
 class Bedrock(NativeAdapter):
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
@@ -63,6 +77,7 @@ class Bedrock(NativeAdapter):
             ) from None
         self.config = config
         self.capabilities = CAPABILITIES
+        self.errors = ERRORS.bind(config.name)
         region = config.options.get("region") or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if not region:
             raise ConfigError(f"provider {config.name}: set options.region (or AWS_REGION) for Bedrock")
@@ -93,19 +108,11 @@ class Bedrock(NativeAdapter):
         SigV4Auth(self._credentials.get_frozen_credentials(), "bedrock", self.region).add_auth(request)
         return dict(request.headers.items())
 
-    def _failure(self, err: GatewayError) -> GatewayError:
-        if isinstance(err, UpstreamError) and err.upstream_status in (503, 529):
-            return UpstreamOverloaded(err.message, upstream_status=err.upstream_status, retry_after=err.retry_after)
-        return err
-
     async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target))
         url = self._url(target.upstream_model, "converse")
         headers = self._signed_headers(url, orjson.dumps(body), "application/json")
-        try:
-            data, _ = await http.post_json_within(target, timeouts, self._session, url, body, headers)
-        except GatewayError as err:
-            raise self._failure(err) from err
+        data, _ = await http.post_json_within(target, timeouts, self._session, url, body, headers, self.errors)
         return tr.to_completion(data, target.model.name)
 
     async def _stream_once(
@@ -116,11 +123,7 @@ class Bedrock(NativeAdapter):
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target))
         url = self._url(target.upstream_model, "converse-stream")
         headers = self._signed_headers(url, orjson.dumps(body), "application/vnd.amazon.eventstream")
-        name = self.config.name
-        try:
-            resp = await http.open_stream_within(target, timeouts, self._session, url, body, headers)
-        except GatewayError as err:
-            raise self._failure(err) from err
+        resp = await http.open_stream_within(target, timeouts, self._session, url, body, headers, self.errors)
         translator = tr.BedrockStream(target.model.name)
         buffer = EventStreamBuffer()
         try:
@@ -132,20 +135,21 @@ class Bedrock(NativeAdapter):
                     event = str(h.get(":exception-type") or h.get(":event-type") or "")
                     try:
                         payload = orjson.loads(message.payload) if message.payload else {}
-                    except orjson.JSONDecodeError:
-                        raise UpstreamError(f"provider {name} sent a stream event that is not JSON") from None
+                    except orjson.JSONDecodeError as exc:
+                        raise self.errors.malformed("sent a stream event that is not JSON") from exc
                     for chunk in translator.feed(event, payload, kind):
                         yield chunk
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise http.transport_failure(name, exc) from exc
-        except GatewayError:
+            raise self.errors.transport(exc) from exc
+        except (GatewayError, ProviderFailure):
             raise
         except Exception as exc:  # botocore's decoder rejects a corrupt frame (bad CRC, bad length)
-            raise from_error_type("api_error", f"provider {name} sent a corrupt event stream: {exc}") from exc
+            message = f"provider {self.config.name} sent a corrupt event stream: {exc}"
+            raise self.errors.typed("api_error", message) from exc
         finally:
             resp.close()
         if not translator.done:
-            raise http.incomplete(name)
+            raise self.errors.malformed("ended the stream before it was complete")
 
 
 def create(config: ProviderConfig, resources: Any) -> Bedrock:

@@ -1,7 +1,8 @@
 """The Google Gemini adapter: generateContent and streamGenerateContent (`alt=sse`), `x-goog-api-key`.
 
-Translation lives in `translate/openai_to_gemini.py`; this module moves bytes and maps failures. Gemini's
-503 UNAVAILABLE ("the model is overloaded") is a retryable 503 like Anthropic's 529. `base_url` defaults to
+Translation lives in `translate/openai_to_gemini.py`; this module moves bytes and declares what Gemini's
+failures mean (`ERRORS`): its 503 UNAVAILABLE ("the model is overloaded") is a retryable 503 like
+Anthropic's 529, and a stream's error maps by its `status`. `base_url` defaults to
 https://generativelanguage.googleapis.com/v1beta; the deployment's `model` is the Gemini model id.
 """
 
@@ -16,10 +17,9 @@ import aiohttp
 from inferplex.canonical import ChatRequest
 from inferplex.capabilities import N, ProviderCapabilities, Support
 from inferplex.config import ProviderConfig, Timeouts
-from inferplex.errors import GatewayError, UpstreamError
 from inferplex.providers import http
 from inferplex.providers.base import Chunk
-from inferplex.providers.failures import UpstreamOverloaded
+from inferplex.providers.failures import ErrorMap
 from inferplex.providers.native import NativeAdapter
 from inferplex.targets import Target
 from inferplex.translate import openai_to_gemini as tr
@@ -43,16 +43,27 @@ CAPABILITIES = ProviderCapabilities(
 DEFAULT_BASE_URL = "https://generativelanguage.googleapis.com/v1beta"
 
 
-def _overloaded(err: GatewayError) -> GatewayError:
-    if isinstance(err, UpstreamError) and err.upstream_status == 503:
-        return UpstreamOverloaded(err.message, upstream_status=503, retry_after=err.retry_after)
-    return err
+ERRORS = ErrorMap(
+    overloaded_statuses=frozenset({503}),
+    overloaded_types=frozenset({"UNAVAILABLE"}),
+    rate_limited_types=frozenset({"RESOURCE_EXHAUSTED"}),
+    type_status={
+        "INVALID_ARGUMENT": 400,
+        "FAILED_PRECONDITION": 400,
+        "UNAUTHENTICATED": 401,
+        "PERMISSION_DENIED": 403,
+        "NOT_FOUND": 404,
+        "INTERNAL": 500,
+        "DEADLINE_EXCEEDED": 504,
+    },
+)
 
 
 class Gemini(NativeAdapter):
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
         self.config = config
         self.capabilities = CAPABILITIES
+        self.errors = ERRORS.bind(config.name)
         self._base = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
         headers = {"content-type": "application/json", "accept": "application/json"}
         if config.api_key is not None:
@@ -67,10 +78,7 @@ class Gemini(NativeAdapter):
     async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
         body = tr.build_request(request)
         url = self._url(target.upstream_model, "generateContent")
-        try:
-            data, _ = await http.post_json_within(target, timeouts, self._session, url, body, self._headers)
-        except GatewayError as err:
-            raise _overloaded(err) from err
+        data, _ = await http.post_json_within(target, timeouts, self._session, url, body, self._headers, self.errors)
         return tr.to_completion(data, target.model.name)
 
     async def _stream_once(
@@ -78,21 +86,17 @@ class Gemini(NativeAdapter):
     ) -> AsyncIterator[Chunk]:
         body = tr.build_request(request)
         url = self._url(target.upstream_model, "streamGenerateContent") + "?alt=sse"
-        name = self.config.name
-        try:
-            headers = {**self._headers, "accept": "text/event-stream"}
-            resp = await http.open_stream_within(target, timeouts, self._session, url, body, headers)
-        except GatewayError as err:
-            raise _overloaded(err) from err
+        headers = {**self._headers, "accept": "text/event-stream"}
+        resp = await http.open_stream_within(target, timeouts, self._session, url, body, headers, self.errors)
         translator = tr.GeminiStream(target.model.name)
         try:
-            async for _, data in http.json_events(resp, name):
+            async for _, data in http.json_events(resp, self.errors):
                 for chunk in translator.feed(data):
                     yield chunk
         finally:
             resp.close()
         if not translator.finished:
-            raise http.incomplete(name)
+            raise self.errors.malformed("ended the stream before it was complete")
         yield translator.end()
 
 

@@ -2,8 +2,8 @@
 
 aiohttp's client was chosen by measurement (docs/benchmarks.md): it sustains several times httpx's request
 rate on this hardware. Adapters call `post_json` for buffered calls and `open_stream` + `sse_events` for
-streams; both turn connection failures, timeouts and non-2xx answers into the `GatewayError` tree, keeping
-the provider's own message.
+streams, handing each the adapter's own `ErrorMap` (`failures.py`), which these apply to every connection
+failure, timeout and non-2xx answer, keeping the provider's own message and chaining the cause.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from yarl import URL
 
 from inferplex.config import Timeouts
 from inferplex.deadlines import Deadline
-from inferplex.errors import GatewayError, UpstreamError, UpstreamTimeout, from_upstream_status
+from inferplex.errors import UpstreamTimeout
+from inferplex.providers.failures import ErrorMap
 from inferplex.sse import Event, SSEDecoder
 from inferplex.targets import Target
 
@@ -47,54 +48,6 @@ def client_timeout(connect: float) -> aiohttp.ClientTimeout:
     as the wait for a buffered answer or a stream's first chunk (and a stream's stalls), `total` as the
     attempt's. aiohttp's own read timeout would re-arm a loop timer on every chunk (docs/benchmarks.md)."""
     return aiohttp.ClientTimeout(total=None, sock_connect=connect, connect=None, sock_read=None)
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        return None
-
-
-def error_message(body: bytes, default: str) -> str:
-    """Pull the provider's own message out of whatever error body it sent."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        text = body.decode("utf-8", "replace").strip()
-        return text[:1000] or default
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict):
-            msg = err.get("message") or err.get("msg") or err.get("detail")
-            if isinstance(msg, str) and msg:
-                return msg
-        if isinstance(err, str) and err:
-            return err
-        for key in ("message", "detail"):
-            if isinstance(data.get(key), str):
-                return str(data[key])
-    if isinstance(data, list) and data and isinstance(data[0], dict):
-        return error_message(orjson.dumps(data[0]), default)
-    return default
-
-
-def upstream_failure(provider: str, status: int, body: bytes, headers: Mapping[str, str]) -> GatewayError:
-    message = error_message(body, f"provider {provider} answered HTTP {status}")
-    return from_upstream_status(status, message, _retry_after(headers))
-
-
-def transport_failure(provider: str, exc: BaseException) -> GatewayError:
-    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-        return UpstreamTimeout(f"provider {provider} timed out")
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return UpstreamError(f"could not connect to provider {provider}: {exc.strerror or exc}")
-    if isinstance(exc, aiohttp.ClientPayloadError | aiohttp.ServerDisconnectedError):
-        return UpstreamError(f"provider {provider} closed the connection: {exc}")
-    return UpstreamError(f"provider {provider} failed: {type(exc).__name__}: {exc}")
 
 
 _TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
@@ -128,7 +81,7 @@ async def _post(
     (docs/benchmarks.md), for features our session does not use. Here the request is built with aiohttp's own
     request class and sent on a connection from the session's connector, and the response read by its own
     parser, as `_request` does. Those steps are aiohttp's but not its public API: `DIRECT` checks that they are
-    there, and `session.post` is used if not (tests/test_http_client.py runs both ways)."""
+    there, and `session.post` is used if not (tests/providers/test_http.py runs both ways)."""
     if not DIRECT:
         return await session.post(
             url, data=data, headers=headers, timeout=client_timeout(timeouts.connect), allow_redirects=False
@@ -167,19 +120,19 @@ async def post_json(
     body: Any,
     headers: Mapping[str, str],
     timeouts: Timeouts,
-    provider: str,
+    errors: ErrorMap,
 ) -> tuple[Any, Mapping[str, str]]:
     try:
         async with await _post(session, url, orjson.dumps(body), headers, timeouts) as resp:
             raw = await resp.read()
         if resp.status >= 400:
-            raise upstream_failure(provider, resp.status, raw, resp.headers)
+            raise errors.status(resp.status, raw, resp.headers)
         try:
             return orjson.loads(raw), resp.headers
-        except orjson.JSONDecodeError:
-            raise UpstreamError(f"provider {provider} sent a body that is not JSON") from None
+        except orjson.JSONDecodeError as exc:
+            raise errors.malformed("sent a body that is not JSON") from exc
     except _TRANSPORT_ERRORS as exc:
-        raise transport_failure(provider, exc) from exc
+        raise errors.transport(exc) from exc
 
 
 async def open_stream(
@@ -188,13 +141,13 @@ async def open_stream(
     body: Any,
     headers: Mapping[str, str],
     timeouts: Timeouts,
-    provider: str,
+    errors: ErrorMap,
 ) -> aiohttp.ClientResponse:
     """Send the request and wait for the response head; the caller owns (and must close) the response."""
     try:
         resp = await _post(session, url, orjson.dumps(body), headers, timeouts)
     except _TRANSPORT_ERRORS as exc:
-        raise transport_failure(provider, exc) from exc
+        raise errors.transport(exc) from exc
     if resp.status >= 400:
         try:
             raw = await resp.read()
@@ -202,11 +155,11 @@ async def open_stream(
             raw = b""
         finally:
             resp.release()
-        raise upstream_failure(provider, resp.status, raw, resp.headers)
+        raise errors.status(resp.status, raw, resp.headers)
     return resp
 
 
-async def sse_events(resp: aiohttp.ClientResponse, provider: str) -> AsyncIterator[Event]:
+async def sse_events(resp: aiohttp.ClientResponse, errors: ErrorMap) -> AsyncIterator[Event]:
     """Decode a response body as SSE; transport failures mid-stream become `UpstreamError`."""
     decoder = SSEDecoder()
     buffer = b""
@@ -220,7 +173,7 @@ async def sse_events(resp: aiohttp.ClientResponse, provider: str) -> AsyncIterat
                 if event is not None:
                     yield event
     except _TRANSPORT_ERRORS as exc:
-        raise transport_failure(provider, exc) from exc
+        raise errors.transport(exc) from exc
     if buffer:
         decoder.feed(buffer)
     last = decoder.flush()
@@ -231,21 +184,17 @@ async def sse_events(resp: aiohttp.ClientResponse, provider: str) -> AsyncIterat
 DONE = object()  # what `json_events` yields for OpenAI's `data: [DONE]`
 
 
-async def json_events(resp: aiohttp.ClientResponse, provider: str) -> AsyncIterator[tuple[str, Any]]:
+async def json_events(resp: aiohttp.ClientResponse, errors: ErrorMap) -> AsyncIterator[tuple[str, Any]]:
     """SSE events as (event name, decoded JSON data); `[DONE]` comes as `DONE`. A stream that ends without
     its provider's own end marker is for the caller to judge; data that is not JSON is the provider's failure."""
-    async for event in sse_events(resp, provider):
+    async for event in sse_events(resp, errors):
         if event.data == "[DONE]":
             yield event.event, DONE
             continue
         try:
             yield event.event, orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            raise UpstreamError(f"provider {provider} sent a stream event that is not JSON") from None
-
-
-def incomplete(provider: str) -> UpstreamError:
-    return UpstreamError(f"provider {provider} ended the stream before it was complete")
+        except orjson.JSONDecodeError as exc:
+            raise errors.malformed("sent a stream event that is not JSON") from exc
 
 
 def deployment_timeouts(target: Target) -> Timeouts:
@@ -283,12 +232,12 @@ async def post_json_within(
     url: str | URL,
     body: Any,
     headers: Mapping[str, str],
+    errors: ErrorMap,
 ) -> tuple[Any, Mapping[str, str]]:
     """`post_json` with the attempt's `timeouts`; bounded here (`bounded`) when the router gave none."""
-    name = target.provider.name
     if timeouts is not None:
-        return await post_json(session, url, body, headers, timeouts, name)
-    return await bounded(target, lambda t: post_json(session, url, body, headers, t, name))
+        return await post_json(session, url, body, headers, timeouts, errors)
+    return await bounded(target, lambda t: post_json(session, url, body, headers, t, errors))
 
 
 async def open_stream_within(
@@ -298,9 +247,9 @@ async def open_stream_within(
     url: str | URL,
     body: Any,
     headers: Mapping[str, str],
+    errors: ErrorMap,
 ) -> aiohttp.ClientResponse:
     """`open_stream` with the attempt's `timeouts`; its opening bounded here when the router gave none."""
-    name = target.provider.name
     if timeouts is not None:
-        return await open_stream(session, url, body, headers, timeouts, name)
-    return await bounded(target, lambda t: open_stream(session, url, body, headers, t, name))
+        return await open_stream(session, url, body, headers, timeouts, errors)
+    return await bounded(target, lambda t: open_stream(session, url, body, headers, t, errors))

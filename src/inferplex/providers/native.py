@@ -2,7 +2,8 @@
 
 A native adapter writes two single-call methods (`_chat_once`, `_stream_once`) around its pure translators;
 this frame asks `capabilities.plan` what the target can do, reports dropped parameters on the `CallInfo`,
-and runs the chosen emulations, so no adapter decides those things for itself.
+runs the chosen emulations, and maps the `ProviderFailure`s its translators read with the adapter's
+`ErrorMap` (`errors`), so no adapter decides those things for itself.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from inferplex.config import Timeouts
 from inferplex.emulation import run_chat, run_stream
 from inferplex.errors import InvalidRequest
 from inferplex.providers.base import CallInfo, Chunk
+from inferplex.providers.failures import ErrorMap, ProviderFailure
 from inferplex.targets import Target
 
 
 class NativeAdapter:
     capabilities: ProviderCapabilities
+    errors: ErrorMap  # the module's declaration, bound to the configured provider's name
     default_max_tokens: ClassVar[int] = 4096
 
     def _plan(self, request: ChatRequest, target: Target, info: CallInfo, *, stream: bool) -> Plan:
@@ -42,7 +45,10 @@ class NativeAdapter:
     async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
         decided = self._plan(request, target, info, stream=False)
         timeouts = info.timeouts
-        return await run_chat(decided, lambda r: self._chat_once(r, target, timeouts))
+        try:
+            return await run_chat(decided, lambda r: self._chat_once(r, target, timeouts))
+        except ProviderFailure as failure:
+            raise self.errors.failure(failure) from failure
 
     async def chat_stream(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
@@ -55,6 +61,8 @@ class NativeAdapter:
         try:
             async for chunk in stream:
                 yield chunk
+        except ProviderFailure as failure:
+            raise self.errors.failure(failure) from failure
         finally:
             await stream.aclose()
 

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
-import orjson
 from yarl import URL
 
 from inferplex.canonical import ChatRequest, EmbeddingRequest
@@ -23,6 +22,7 @@ from inferplex.emulation import run_stream
 from inferplex.errors import UpstreamError
 from inferplex.providers import http
 from inferplex.providers.base import CallInfo, Chunk
+from inferplex.providers.failures import OPENAI
 from inferplex.providers.openai_caps import CAPABILITIES
 from inferplex.providers.profiles import PROFILES, VendorProfile, profile_for
 from inferplex.targets import Target
@@ -109,6 +109,7 @@ class OpenAICompatible:
         self._headers = headers
         self._stream_headers = {**headers, "Accept": "text/event-stream"}
         self._session = session
+        self.errors = OPENAI.bind(config.name)
 
     def _auth(self, headers: dict[str, str], info: CallInfo) -> dict[str, str]:
         """The headers with the caller's own key for this provider in place of ours, when they sent one."""
@@ -153,9 +154,11 @@ class OpenAICompatible:
         info.dropped_params = sorted({*info.dropped_params, *dropped})
         headers, timeouts = self._auth(self._headers, info), info.timeouts
         if timeouts is None:  # not the router's attempt: bounded here
-            data, _ = await http.post_json_within(target, None, self._session, self._chat_url, body, headers)
+            data, _ = await http.post_json_within(
+                target, None, self._session, self._chat_url, body, headers, self.errors
+            )
         else:  # the fast path: `post_json_within`'s frame spared
-            data, _ = await http.post_json(self._session, self._chat_url, body, headers, timeouts, self.config.name)
+            data, _ = await http.post_json(self._session, self._chat_url, body, headers, timeouts, self.errors)
         return normalize_completion(data, target.model.name)
 
     async def _send_stream(
@@ -163,25 +166,26 @@ class OpenAICompatible:
     ) -> AsyncIterator[Chunk]:
         body, dropped = build_chat_body(raw, target.upstream_model, self.profile, stream=True)
         info.dropped_params = sorted({*info.dropped_params, *dropped})
-        name = self.config.name
         headers, timeouts = self._auth(self._stream_headers, info), info.timeouts
         if timeouts is None:
-            resp = await http.open_stream_within(target, None, self._session, self._chat_url, body, headers)
+            resp = await http.open_stream_within(
+                target, None, self._session, self._chat_url, body, headers, self.errors
+            )
         else:
-            resp = await http.open_stream(self._session, self._chat_url, body, headers, timeouts, name)
+            resp = await http.open_stream(self._session, self._chat_url, body, headers, timeouts, self.errors)
         public = target.model.name
         done = False
         stream_id: str | None = None
         held: list[Chunk] = []  # chunks sent before the stream's id is known (Azure's prompt-filter chunk)
         try:
-            async for _, chunk in http.json_events(resp, name):
+            async for _, chunk in http.json_events(resp, self.errors):
                 if chunk is http.DONE:
                     done = True
                     break
                 if not isinstance(chunk, dict):
                     continue
                 if "error" in chunk and "choices" not in chunk:
-                    raise UpstreamError(http.error_message(orjson.dumps(chunk), f"provider {name} failed mid-stream"))
+                    raise self.errors.event(chunk)
                 chunk["model"] = public
                 if not chunk.get("id"):  # one id for the whole stream, as a client expects
                     if stream_id is None:
@@ -199,7 +203,7 @@ class OpenAICompatible:
         finally:
             resp.close()
         if not done:
-            raise http.incomplete(name)
+            raise self.errors.malformed("ended the stream before it was complete")
 
     async def embed(
         self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
@@ -207,9 +211,9 @@ class OpenAICompatible:
         body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
         body["model"] = target.upstream_model
         url, headers = self._embed_url, self._headers
-        data, _ = await http.post_json_within(target, info.timeouts, self._session, url, body, headers)
+        data, _ = await http.post_json_within(target, info.timeouts, self._session, url, body, headers, self.errors)
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-            raise UpstreamError(f"provider {self.config.name} sent an embeddings response without data")
+            raise self.errors.malformed("sent an embeddings response without data")
         data["model"] = target.model.name
         return data
 

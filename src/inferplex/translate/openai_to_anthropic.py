@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
-from inferplex.errors import GatewayError, InvalidRequest
-from inferplex.providers.failures import from_error_type
+from inferplex.errors import InvalidRequest
+from inferplex.providers.failures import ProviderFailure
 from inferplex.translate import reasoning
 from inferplex.translate.openai_shapes import ChunkStream, assistant_message, cached_usage, choice, completion
 
@@ -266,7 +266,7 @@ def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
 def to_completion(data: Any, public_model: str) -> Chunk:
     """A `chat.completion` from a Messages API response."""
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-        raise from_error_type("api_error", "the provider's response has no content")
+        raise ProviderFailure("api_error", "the provider's response has no content")
     texts: list[str] = []
     thinking: list[str] = []
     thinking_blocks: list[dict[str, Any]] = []
@@ -295,12 +295,12 @@ def _stop_sequence(choice: dict[str, Any], sequence: Any) -> None:
         choice["stop_reason"] = sequence
 
 
-def stream_error(data: Any) -> GatewayError:
-    """The gateway error for an `error` event inside an Anthropic stream."""
+def stream_error(data: Any) -> ProviderFailure:
+    """The failure an `error` event inside an Anthropic stream reports (the adapter's `ErrorMap` maps it)."""
     err = data.get("error") if isinstance(data, dict) else None
     if not isinstance(err, dict):
-        return from_error_type("api_error", "the provider failed mid-stream")
-    return from_error_type(str(err.get("type") or "api_error"), str(err.get("message") or "the provider failed"))
+        return ProviderFailure("api_error", "the provider failed mid-stream")
+    return ProviderFailure(str(err.get("type") or "api_error"), str(err.get("message") or "the provider failed"))
 
 
 class AnthropicStream(ChunkStream):

@@ -17,7 +17,7 @@ import orjson
 
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
 from inferplex.errors import InvalidRequest
-from inferplex.providers.failures import from_error_type
+from inferplex.providers.failures import ProviderFailure
 from inferplex.translate.openai_shapes import ChunkStream, assistant_message, cached_usage, choice, completion
 
 Chunk = dict[str, Any]
@@ -209,7 +209,7 @@ def usage(data: Any) -> dict[str, Any]:
 def to_completion(data: Any, public_model: str) -> Chunk:
     content = ((data.get("output") or {}).get("message") or {}).get("content") if isinstance(data, dict) else None
     if not isinstance(content, list):
-        raise from_error_type("api_error", "the provider's response has no output message")
+        raise ProviderFailure("api_error", "the provider's response has no output message")
     texts, thinking, blocks, calls = [], [], [], []
     for block in content:
         if not isinstance(block, dict):
@@ -249,7 +249,7 @@ class BedrockStream(ChunkStream):
         if message_type in ("exception", "error"):
             message = data.get("message") if isinstance(data, dict) else None
             kind = event[:1].upper() + event[1:] if event else "InternalServerException"
-            raise from_error_type(kind, str(message or "the provider failed mid-stream"))
+            raise ProviderFailure(kind, str(message or "the provider failed mid-stream"))
         if not isinstance(data, dict):
             return []
         if event == "messageStart":

@@ -15,7 +15,7 @@ import orjson
 
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
 from inferplex.errors import InvalidRequest
-from inferplex.providers.failures import from_error_type
+from inferplex.providers.failures import ProviderFailure
 from inferplex.translate import reasoning
 from inferplex.translate.openai_shapes import ChunkStream, assistant_message, choice, completion
 
@@ -275,7 +275,7 @@ def _blocked(data: dict[str, Any]) -> bool:
 
 def to_completion(data: Any, public_model: str) -> Chunk:
     if not isinstance(data, dict):
-        raise from_error_type("api_error", "the provider's response is not an object")
+        raise ProviderFailure("api_error", "the provider's response is not an object")
     response_id = str(data.get("responseId") or "gemini")
     calls = _Calls(response_id[-8:])
     choices = []
@@ -286,7 +286,7 @@ def to_completion(data: Any, public_model: str) -> Chunk:
     if not choices and _blocked(data):
         choices.append(choice(assistant_message("", []), "content_filter"))
     if not choices:
-        raise from_error_type("api_error", "the provider's response has no candidates")
+        raise ProviderFailure("api_error", "the provider's response has no candidates")
     return completion(response_id, public_model, choices, usage(data.get("usageMetadata")))
 
 
@@ -306,7 +306,7 @@ class GeminiStream(ChunkStream):
             return []
         if "error" in data:
             err = data["error"] if isinstance(data["error"], dict) else {}
-            raise from_error_type(str(err.get("status") or "api_error"), str(err.get("message") or "stream failed"))
+            raise ProviderFailure(str(err.get("status") or "api_error"), str(err.get("message") or "stream failed"))
         self.id = str(data.get("responseId") or self.id)
         if data.get("usageMetadata"):
             self.usage = data["usageMetadata"]
