@@ -33,6 +33,7 @@ class Catalog:
             m.name: tuple(Target(m, d, self._providers[d.provider]) for d in m.deployments) for m in config.models
         }
         self._cache: dict[tuple[str, str | None], Resolved] = {}
+        self._deployment_ids = {d.id for m in config.models for d in m.deployments if d.id is not None}
 
     @property
     def models(self) -> list[ModelConfig]:
@@ -43,6 +44,24 @@ class Catalog:
 
     def targets(self, model: ModelConfig) -> tuple[Target, ...]:
         return self._targets[model.name]
+
+    def default_model(self, provider: str, kind: str = "chat") -> str:
+        """The first configured model of `kind` that `provider` serves: OneInfer's request names a provider
+        and may leave out the model. A 400 naming `model` when the provider serves none."""
+        for m in self._models.values():
+            if m.type == kind and any(t.provider.name == provider for t in self._targets[m.name]):
+                return m.name
+        raise InvalidRequest(f"Provider `{provider}` serves no {kind} model here: name one in 'model'.", param="model")
+
+    def check_endpoint(self, endpoint_id: str) -> None:
+        """A 400 unless some deployment is configured with this id (a request's `endpoint_id`), checked
+        before anything is reserved; whether it serves the requested model is the router's check."""
+        if endpoint_id not in self._deployment_ids:
+            raise InvalidRequest(
+                f"Unknown endpoint_id `{endpoint_id}`: no such endpoint is configured on this gateway.",
+                param="endpoint_id",
+                code="endpoint_not_found",
+            )
 
     def resolve(self, model: str, provider: str | None = None, *, kind: str = "chat") -> Resolved:
         key = (model, provider)

@@ -388,3 +388,16 @@ def test_seed_001_media_examples_answer_501_not_yet_supported(
 def test_unknown_route_and_wrong_method_under_ula_use_the_envelope(seed_gateway: GatewayServer) -> None:
     assert_error(httpx.post(url(seed_gateway, "/v1/ula/nope"), headers=seed_gateway.auth), 404)
     assert_error(httpx.get(url(seed_gateway), headers=seed_gateway.auth), 405)
+
+
+@pytest.mark.parametrize("tier,status", [("turbo", 400), ("auto", 200), ("flex", 200)])
+def test_service_tier_follows_the_gateways_one_rule(seed_gateway: GatewayServer, tier: str, status: int) -> None:
+    """OneInfer's `service_tier` is checked by the same rule as every other route's (routing/options.py), once:
+    the same values pass, and a bad one is refused with the same message (in OneInfer's envelope)."""
+    body = {**SEED_000_EXAMPLE, "service_tier": tier}
+    ula = post(seed_gateway, body)
+    openai = post(seed_gateway, {**body, "model": "gpt-4o-mini"}, "/v1/chat/completions")
+    assert (ula.status_code, openai.status_code) == (status, status)
+    if status == 400:
+        assert_error(ula, 400, "invalid_service_tier", "service_tier")
+        assert ula.json()["error"]["message"] == openai.json()["error"]["message"]

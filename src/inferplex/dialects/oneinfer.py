@@ -5,8 +5,9 @@ defaults are applied (temperature 0.7, max_tokens 1000) and the result is the ca
 same pipeline as every other dialect. Answers use OneInfer's envelope
 `{"api_details": {"api_status", "api_message"}, "data": {...}, "error": {...}}`; streams are its
 `{"id", "text", "finish_reason"}` chunks ending with `data: [DONE]`. Without `model`, the provider's first
-configured chat model is used. `endpoint_id` and `service_tier` are checked here against what the doc
-allows (a configured deployment id; "default" or "flex") and passed on to the router.
+configured chat model is used. `endpoint_id` must name a configured deployment (the catalog checks, before
+anything is reserved) and `service_tier` is checked by the gateway's one rule for it (routing/options.py:
+"default" or "flex", and OpenAI's "auto" for "default"); both are passed on to the router.
 
 Status codes are OneInfer's table, read as follows:
 - 400: the body is not valid JSON (or not a valid form); a required field is missing (`messages`, or a
@@ -50,7 +51,6 @@ from inferplex.streaming import SSEResponse
 
 DEFAULT_PROVIDER = "openai"
 DEFAULTS = {"temperature": 0.7, "max_tokens": 1000}
-TIERS = ("default", "flex")
 SUCCESS_MESSAGE = "Chat completion generated successfully."
 FORM_FIELDS: dict[str, FieldKind] = {
     "messages": "json",
@@ -130,17 +130,6 @@ def _optional_str(body: dict[str, Any], name: str) -> str | None:
     return value
 
 
-def default_model(catalog: Catalog, provider: str) -> str:
-    for m in catalog.models:
-        if m.type == "chat" and any(t.provider.name == provider for t in catalog.targets(m)):
-            return m.name
-    raise InvalidRequest(f"Provider `{provider}` serves no chat model here: name one in 'model'.", param="model")
-
-
-def endpoint_ids(catalog: Catalog) -> set[str]:
-    return {t.deployment.id for m in catalog.models for t in catalog.targets(m) if t.deployment.id is not None}
-
-
 def to_canonical(body: Any, catalog: Catalog) -> dict[str, Any]:
     """OneInfer's body as the canonical request dict: provider and model resolved, defaults applied."""
     if not isinstance(body, dict):
@@ -161,21 +150,11 @@ def to_canonical(body: Any, catalog: Catalog) -> dict[str, Any]:
             param="provider",
             code="unsupported_provider",
         )
-    model = _optional_str(body, "model") or default_model(catalog, provider)
-    tier = _optional_str(body, "service_tier")
-    if tier is not None and tier not in TIERS:
-        raise InvalidRequest(
-            f"Invalid value for 'service_tier': {tier!r}; expected 'default' or 'flex'.",
-            param="service_tier",
-            code="invalid_service_tier",
-        )
+    model = _optional_str(body, "model") or catalog.default_model(provider)
+    _optional_str(body, "service_tier")  # its type and emptiness; its value is the router's (routing/options.py)
     endpoint_id = _optional_str(body, "endpoint_id")
-    if endpoint_id is not None and endpoint_id not in endpoint_ids(catalog):
-        raise InvalidRequest(
-            f"Unknown endpoint_id `{endpoint_id}`: no such endpoint is configured on this gateway.",
-            param="endpoint_id",
-            code="endpoint_not_found",
-        )
+    if endpoint_id is not None:
+        catalog.check_endpoint(endpoint_id)
     full = {**body, "provider": provider, "model": model}
     if full.get("temperature") is None:
         full["temperature"] = DEFAULTS["temperature"]
