@@ -95,7 +95,6 @@ def test_plan_for_tools_and_json() -> None:
     with pytest.raises(InvalidRequest) as err:
         plan_chat(_request(max_tokens=5000), 2048, None)
     assert err.value.param == "max_tokens"
-    assert plan_chat(_request(logprobs=True), None, None).dropped == ["logprobs"]
 
 
 def test_images_are_refused() -> None:

@@ -1,8 +1,9 @@
 """What a provider and a model can do, and the one place that decides what happens when they cannot.
 
 Each native adapter declares a `ProviderCapabilities` (one `Support` level per feature); each model declares
-its own flags in the config (`capabilities: tools, vision, json_schema, streaming`). `plan()` reads both,
-never a model name, and returns a `Plan`: the parameters to drop, and which emulations to run (n > 1 by
+its own flags in the config (`capabilities: tools, vision, json_schema, streaming`); a target may also name
+request fields it rejects outright (an OpenAI-compatible vendor profile's `unsupported`). `plan()` reads
+them, never a model name, and returns a `Plan`: the parameters to drop, and which emulations to run (n > 1 by
 parallel calls, json_schema by a forced tool, streaming from a buffered call). A feature the target cannot
 serve is never lost silently: with `drop_params: true` (the default) it is dropped and named in the
 `x-inferplex-dropped-params` header; with `drop_params: false` the request is a 400 naming the parameter.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -164,10 +166,17 @@ def plan(
     provider_name: str,
     model_name: str,
     stream: bool = False,
+    unsupported: Collection[str] = (),
 ) -> Plan:
-    """Decide, from the declarations alone, how this request is served on this target."""
+    """Decide, from the declarations alone, how this request is served on this target.
+
+    `unsupported` names request fields the target rejects whatever their value (a vendor profile's): each
+    one present is dropped and named, or refused with `drop_params: false` unless its value asks for
+    nothing (`store: false`), which is dropped either way."""
     d = _Decider(request, provider_name, model_name)
     set_fields = request.model_fields_set
+    if unsupported:
+        _drop_unsupported(request, unsupported, d)
     for feature, names in _SCALARS.items():
         support = getattr(provider, feature)
         if support is not Support.NATIVE:
@@ -205,6 +214,17 @@ def plan(
         buffered_stream = True
     req = request.model_copy(update=d.updates) if d.updates else request
     return Plan(req, tuple(d.dropped), fan_out, json_tool, buffered_stream, tuple(d.updates))
+
+
+def _drop_unsupported(request: ChatRequest, names: Collection[str], d: _Decider) -> None:
+    extra = request.model_extra or {}
+    for name in names:
+        value = getattr(request, name) if name in type(request).model_fields else extra.get(name)
+        if value in _HARMLESS:
+            d.dropped.append(name)
+            d.updates[name] = None
+        else:
+            d.cannot(name, Support.DROPPED, f"honour {name}")
 
 
 def _json_plan(

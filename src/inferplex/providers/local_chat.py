@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from inferplex.canonical import ChatRequest, Message
+from inferplex.capabilities import D, N, ProviderCapabilities
 from inferplex.errors import InvalidRequest
 
 Mode = Literal["text", "json", "tool_required", "tool_auto"]
@@ -36,8 +37,9 @@ _STRICT_CHAR = r'char ::= [^"\\\x00-\x1F\x7F]'
 # In auto mode prose is anything that does not start with "{" (or white space that could precede one).
 _PROSE_RULES = "prose ::= [^{ \\t\\n\\r] [^\\x00]*\n"
 
-# Sampling parameters the local runtime cannot honour: accepted, ignored and reported.
-UNSUPPORTED = ("logprobs", "top_logprobs", "logit_bias")
+# What the local runtime cannot honour: dropped and named, or refused with `drop_params: false`, decided by
+# `capabilities.plan` as for every provider. Everything else it checks itself (`plan_chat`'s 400s name it).
+CAPABILITIES = ProviderCapabilities(audio_input=N, logprobs=D, logit_bias=D)
 
 
 @dataclass(slots=True)
@@ -58,7 +60,6 @@ class ChatPlan:
     seed: int | None = None
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
-    dropped: list[str] = field(default_factory=list)
 
 
 def schema_grammar(schema: dict[str, Any], param: str) -> str:
@@ -119,9 +120,7 @@ def _tool_grammar(tools: list[dict[str, Any]], auto: bool) -> str:
 
 def plan_chat(request: ChatRequest, max_output: int | None, context_limit: int | None) -> ChatPlan:
     """Translate a canonical request; raises InvalidRequest for what the local runtime cannot do."""
-    raw = request.model_dump(exclude_none=True)
     plan = ChatPlan(messages=[])
-    plan.dropped = [k for k in UNSUPPORTED if raw.get(k) not in (None, False)]
     plan.n = request.n or 1
     plan.max_tokens = request.output_limit
     plan.max_output = max_output

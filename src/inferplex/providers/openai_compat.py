@@ -121,8 +121,12 @@ class OpenAICompatible:
     def _plan(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo, *, stream: bool
     ) -> tuple[Plan | None, ChatRequest, dict[str, Any]]:
-        """Narrow the request to what the model declares it can do; skipped when nothing could be narrowed."""
-        if not needs_plan(request, target.model.capabilities, stream=stream):
+        """Narrow the request to what the model declares it can do and the vendor takes (its profile's
+        `unsupported` fields, decided by `capabilities.plan` like every provider's); skipped when nothing
+        could be narrowed, which for a profile without drops costs one test."""
+        rejected = self.profile.unsupported
+        present = [k for k in rejected if k in raw] if rejected else ()
+        if not present and not needs_plan(request, target.model.capabilities, stream=stream):
             return None, request, raw
         decided = plan(
             request,
@@ -131,6 +135,7 @@ class OpenAICompatible:
             provider_name=target.provider.name,
             model_name=target.model.name,
             stream=stream,
+            unsupported=present,
         )
         info.dropped_params = sorted({*info.dropped_params, *decided.dropped})
         return decided, decided.request, decided.trim_raw(raw)

@@ -16,7 +16,8 @@ class VendorProfile:
     base_url: str | None = None
     auth_header: str = "Authorization"
     auth_prefix: str = "Bearer "
-    # Parameters the vendor rejects: dropped (and reported in x-inferplex-dropped-params).
+    # Parameters the vendor rejects: `capabilities.plan` drops them (named in x-inferplex-dropped-params), or
+    # refuses the request with `drop_params: false`, as for every provider.
     unsupported: frozenset[str] = frozenset()
     # Parameters the vendor spells differently: canonical name -> vendor name.
     renames: dict[str, str] = field(default_factory=dict)
