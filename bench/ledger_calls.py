@@ -24,8 +24,9 @@ import asyncpg
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-from inferplex.store.engine import Database
-from inferplex.store.ledger import _PG_BATCH, Ledger, Move, bool_array, int_array, text_array
+from inferplex.store.ledger import Ledger
+from inferplex.store.moves import Move
+from inferplex.store.postgres import LEDGER_BATCH, PostgresDatabase, bool_array, int_array, text_array
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 ARRAYS = "SELECT item, balance FROM inferplex_ledger_batch($1, $2, $3, $4, $5, $6, $7, $8)"
@@ -41,7 +42,7 @@ async def main(args: argparse.Namespace) -> None:
     admin = await asyncpg.connect(ADMIN)
     await admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        db = Database(f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}")
+        db = PostgresDatabase(f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}")
         await db.migrate()
         ledger = Ledger(db)
         account = await ledger.create_account("bench")
@@ -72,7 +73,7 @@ async def main(args: argparse.Namespace) -> None:
 
         async def literals(moves: list[Move]) -> Any:
             row = await conn.fetchrow(
-                _PG_BATCH, text_array([m.account_id for m in moves]), text_array([m.kind for m in moves]),
+                LEDGER_BATCH, text_array([m.account_id for m in moves]), text_array([m.kind for m in moves]),
                 int_array([m.amount for m in moves]), bool_array([m.conditional for m in moves]),
                 text_array([m.request_id for m in moves]), text_array([m.key_id for m in moves]),
                 text_array([m.note for m in moves]), time.time(),

@@ -24,7 +24,8 @@ from inferplex.admin import operations as ops
 from inferplex.admin.models import CreditChange, KeyCreate, invalid
 from inferplex.config import Config
 from inferplex.errors import GatewayError
-from inferplex.store.engine import Database, unreachable
+from inferplex.store.backend import Database, unreachable
+from inferplex.store.engine import open_database
 from inferplex.store.keys import KeyStore
 from inferplex.store.ledger import Ledger
 from inferplex.store.usage import GROUPS, UsageFilter, UsageStore
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     handler = _HANDLERS[(args.command, getattr(args, "action", None))]
 
     async def main() -> int:
-        db = Database(database_url(config), config.storage.pool_size)
+        db = open_database(database_url(config), config.storage.pool_size)
         try:
             await db.migrate()
             return await handler(db, args)

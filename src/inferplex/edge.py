@@ -25,7 +25,7 @@ from inferplex.errors import (
 from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits
 from inferplex.json_limits import check as check_json
 from inferplex.pipeline import Context
-from inferplex.store.engine import unreachable
+from inferplex.store.backend import unreachable
 
 log = logging.getLogger("inferplex")
 

@@ -19,7 +19,7 @@ import contextlib
 import logging
 from typing import Any, Protocol
 
-from inferplex.store.engine import unreachable
+from inferplex.store.backend import unreachable
 from inferplex.store.spool import USAGE, Spool
 
 log = logging.getLogger("inferplex.usage")

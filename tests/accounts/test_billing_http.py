@@ -13,8 +13,10 @@ import asyncpg
 import httpx
 import pytest
 
-from inferplex.store.engine import Database
-from inferplex.store.ledger import Ledger, Move
+from inferplex.store.ledger import Ledger
+from inferplex.store.moves import Move
+from inferplex.store.postgres import PostgresDatabase
+from inferplex.store.sqlite import SQLiteDatabase
 from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -262,15 +264,15 @@ def test_a_ledger_that_cannot_be_reached_answers_503_and_charges_nothing(
     assert post(server, created["key"], body(max_tokens=2)).status_code == 200
     if server.config.storage.database_url and not server.config.storage.database_url.startswith("sqlite"):
         failure: BaseException = asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
-        name = "fetch_batch"
+        engine: type = PostgresDatabase
     else:
-        failure, name = sqlite3.OperationalError("disk I/O error"), "write_driver"
+        failure, engine = sqlite3.OperationalError("disk I/O error"), SQLiteDatabase
 
     async def unreachable(*args: object, **kwargs: object) -> object:
         raise failure
 
     with monkeypatch.context() as patch:
-        patch.setattr(Database, name, unreachable)
+        patch.setattr(engine, "apply_moves", unreachable)
         r = post(server, created["key"], body(max_tokens=2))
     assert r.status_code == 503
     assert r.json()["error"]["code"] == "store_unavailable"

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from inferplex.store.engine import Database
 from inferplex.store.ledger import Ledger
+from inferplex.store.postgres import PostgresDatabase
 from inferplex.store.spool import MOVE, USAGE, Spool
 from tests.accounts.conftest import Admin, billing_config
 from tests.accounts.faults import Load, books, converged, expected, postgres_running, wait_for
@@ -177,7 +177,7 @@ def test_a_reservation_left_by_a_crashed_gateway_is_released_by_the_sweeper(
 
 def _reserve_without_settling(pg_url: str, account: str, request_id: str, amount: int) -> None:
     async def run() -> None:
-        db = Database(pg_url)
+        db = PostgresDatabase(pg_url)
         ledger = Ledger(db)
         try:
             assert await ledger.reserve(account, amount, request_id=request_id, key_id=None) is not None

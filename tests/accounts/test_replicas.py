@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from inferplex.store.engine import ADMIN_POOL, BATCH_CONNECTION, USAGE_CONNECTION
+from inferplex.store.postgres import ADMIN_POOL, BATCH_CONNECTION, USAGE_CONNECTION
 from tests.accounts.conftest import REDIS_URL, Admin, billing_config, restart_redis_scripts
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import free_port

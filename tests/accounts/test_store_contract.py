@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -15,9 +16,12 @@ from sqlalchemy.engine import Connection
 
 from inferplex.accounts.keys import key_digest
 from inferplex.store import tables as t
-from inferplex.store.engine import Database
+from inferplex.store.backend import Database
+from inferplex.store.engine import open_database
 from inferplex.store.keys import KeyRecord, KeyStore
-from inferplex.store.ledger import Ledger, Move
+from inferplex.store.ledger import Ledger
+from inferplex.store.moves import Move
+from inferplex.store.sqlite import SQLiteDatabase
 from inferplex.store.usage import UsageFilter, UsageStore
 from tests.accounts.conftest import sqlite_url
 
@@ -26,10 +30,10 @@ from tests.accounts.conftest import sqlite_url
 async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
     url = sqlite_url(tmp_path) if request.param == "sqlite" else request.getfixturevalue("pg_url")
     # Two replicas starting at once both migrate: the lock makes that safe.
-    first, second = Database(url), Database(url)
+    first, second = open_database(url), open_database(url)
     await asyncio.gather(first.migrate(), second.migrate())
     await second.aclose()
-    if not first.is_sqlite:  # the PostgreSQL database is shared by the module: start from empty tables
+    if not isinstance(first, SQLiteDatabase):  # PostgreSQL's database is shared by the module: empty its tables
         await first.write(lambda conn: conn.execute(text("TRUNCATE accounts, api_keys, ledger, usage")))
     yield first
     await first.aclose()
@@ -272,7 +276,7 @@ async def test_driver_writes_beside_sqlalchemy_writes_each_commit_whole_or_not_a
     """SQLite: the writes every request makes run on the sqlite3 connection itself, in a transaction of
     their own beside the admin API's SQLAlchemy writes queued with them; a failing one of either kind
     leaves nothing behind and costs the others nothing."""
-    db = Database(sqlite_url(tmp_path))
+    db = SQLiteDatabase(sqlite_url(tmp_path))
     await db.migrate()
 
     def insert(conn: Any, i: int) -> None:
@@ -337,3 +341,132 @@ async def test_the_sweeper_finds_old_reservations_with_no_settlement(db: Databas
     await ledger.replay(releases)  # a second sweeper (another replica) finds it released: nothing more
     assert (await ledger.orphans(0, time.time() + 1))[0] == []
     assert (await _books(ledger, account.id))[1] == 1000 - 40
+
+
+# The ledger's rule (store/moves.py) exists twice: Python on SQLite (store/sqlite.py), PL/pgSQL on PostgreSQL
+# (migration 0004). The table below, and the seeded batches after it, hold both to the same answers.
+# A row: the balances before; the batch, as (account, kind, amount) with reservations conditional (account
+# "x" does not exist); for each move the balance after it, or None; and the moves applied, in the order
+# their ledger rows are written (per account, the only order a reader can rely on).
+_RULE: list[tuple[str, dict[str, int], list[tuple[str, str, int]], list[int | None], list[int]]] = [
+    (
+        "a reservation the balance covers (exactly too), and one it does not",
+        {"a": 100},
+        [("a", "reserve", -60), ("a", "reserve", -40), ("a", "reserve", -1)],
+        [40, 0, None],
+        [0, 1],
+    ),
+    (
+        "settlements and top-ups before reservations, whatever their arrival",
+        {"a": 10},
+        [("a", "reserve", -50), ("a", "settle", 30), ("a", "topup", 20)],
+        [10, 40, 60],
+        [1, 2, 0],
+    ),
+    (
+        "a refused reservation leaves room for a smaller one after it",
+        {"a": 50},
+        [("a", "reserve", -30), ("a", "reserve", -30), ("a", "reserve", -20)],
+        [20, None, 0],
+        [0, 2],
+    ),
+    (
+        "an overrun settlement goes below zero; no reservation after it, not even of zero",
+        {"a": 10},
+        [("a", "settle", -25), ("a", "reserve", -1), ("a", "reserve", 0)],
+        [-15, None, None],
+        [0],
+    ),
+    ("a reservation of zero on an empty balance is applied", {"a": 0}, [("a", "reserve", 0)], [0], [0]),
+    (
+        "moves on an account that does not exist are not applied, and cost the others nothing",
+        {"a": 5},
+        [("x", "settle", 10), ("a", "reserve", -5), ("x", "reserve", -1)],
+        [None, 0, None],
+        [1],
+    ),
+    (
+        "accounts are independent, each applies its own moves in the rule's order",
+        {"a": 10, "b": 10},
+        [("b", "reserve", -10), ("a", "reserve", -10), ("b", "settle", 5), ("a", "reserve", -1), ("b", "reserve", -5)],
+        [5, 0, 15, None, 0],
+        [2, 0, 4, 1],
+    ),
+    (
+        "a negative top-up (an adjustment) is applied whatever the balance",
+        {"a": 3},
+        [("a", "topup", -5), ("a", "refund", 1)],
+        [-2, -1],
+        [0, 1],
+    ),
+    ("an empty batch", {"a": 7}, [], [], []),
+]
+
+
+async def _accounts(ledger: Ledger, balances: dict[str, int]) -> dict[str, str]:
+    """Accounts named as in a table row, with those balances (a top-up each); "x" names none."""
+    ids = {"x": "acct_missing"}
+    for name, balance in balances.items():
+        ids[name] = (await ledger.create_account(name)).id
+        await ledger.credit(ids[name], balance)
+    return ids
+
+
+@pytest.mark.parametrize(("case", "before", "batch", "after", "written"), _RULE, ids=[r[0] for r in _RULE])
+async def test_the_ledger_rule_on_a_table_of_batches(
+    db: Database,
+    case: str,
+    before: dict[str, int],
+    batch: list[tuple[str, str, int]],
+    after: list[int | None],
+    written: list[int],
+) -> None:
+    ledger = Ledger(db)
+    ids = await _accounts(ledger, before)
+    moves = [
+        Move(ids[a], kind, amount, kind == "reserve", f"req_{i}", "key") for i, (a, kind, amount) in enumerate(batch)
+    ]
+    assert await ledger.move_many(moves) == after
+    for name in before:
+        rows = [(e["kind"], e["amount_micros"], e["request_id"]) for e in reversed(await ledger.entries(ids[name]))]
+        wanted = [(m.kind, m.amount, m.request_id) for m in (moves[i] for i in written) if m.account_id == ids[name]]
+        assert rows == [("topup", before[name], None), *wanted]
+        found = await ledger.account(ids[name])
+        assert found is not None and found.balance_micros == await ledger.ledger_sum(ids[name])
+        assert found.balance_micros == before[name] + sum(
+            m.amount for m in (moves[i] for i in written) if m.account_id == ids[name]
+        )
+
+
+def _by_the_rule(balances: dict[str, int], moves: list[Move]) -> list[int | None]:
+    """The rule written out plainly, as the reference both engines must match (store/moves.py)."""
+    out: list[int | None] = [None] * len(moves)
+    for account in sorted({m.account_id for m in moves}):
+        if account not in balances:
+            continue
+        mine = [i for i, m in enumerate(moves) if m.account_id == account]
+        for i in [i for i in mine if not moves[i].conditional] + [i for i in mine if moves[i].conditional]:
+            if not moves[i].conditional or balances[account] + moves[i].amount >= 0:
+                balances[account] += moves[i].amount
+                out[i] = balances[account]
+    return out
+
+
+async def test_the_ledger_rule_on_seeded_random_batches(db: Database) -> None:
+    """Many batches drawn from one seed, so both engines get the same ones: every answer and every balance as
+    the plain reference computes it."""
+    rng = random.Random(20)
+    ledger = Ledger(db)
+    ids = await _accounts(ledger, {"a": 50, "b": 0, "c": 500})
+    balances = {ids[n]: b for n, b in (("a", 50), ("b", 0), ("c", 500))}
+    kinds = ("reserve", "reserve", "reserve", "settle", "topup")
+    for batch in range(40):
+        moves = []
+        for i in range(rng.randint(0, 12)):
+            kind = rng.choice(kinds)
+            amount = -rng.randint(0, 120) if kind == "reserve" else rng.randint(-40, 100)
+            moves.append(Move(ids[rng.choice("aabcx")], kind, amount, kind == "reserve", f"r{batch}_{i}"))
+        assert await ledger.move_many(moves) == _by_the_rule(balances, moves), f"batch {batch}"
+    for account, balance in balances.items():
+        found = await ledger.account(account)
+        assert found is not None and found.balance_micros == balance == await ledger.ledger_sum(account)

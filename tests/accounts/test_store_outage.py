@@ -12,7 +12,7 @@ import asyncpg
 import httpx
 import pytest
 
-from inferplex.store.engine import _ADVISORY_LOCK, Database
+from inferplex.store.postgres import ADVISORY_LOCK, PostgresDatabase
 from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.fakes.tcp_proxy import TcpProxy
@@ -86,13 +86,13 @@ def test_a_migration_may_outlast_the_store_deadline(pg_url: str) -> None:
 
     async def run() -> None:
         other = await asyncpg.connect(pg_url.replace("postgresql+asyncpg", "postgresql"))
-        await other.execute("SELECT pg_advisory_lock($1)", _ADVISORY_LOCK)  # another replica migrating
-        db = Database(pg_url, timeout_s=0.2)
+        await other.execute("SELECT pg_advisory_lock($1)", ADVISORY_LOCK)  # another replica migrating
+        db = PostgresDatabase(pg_url, timeout_s=0.2)
         try:
             migrating = asyncio.create_task(db.migrate())
             await asyncio.sleep(1.0)
             assert not migrating.done()  # waits for the lock, past the deadline
-            await other.execute("SELECT pg_advisory_unlock($1)", _ADVISORY_LOCK)
+            await other.execute("SELECT pg_advisory_unlock($1)", ADVISORY_LOCK)
             await asyncio.wait_for(migrating, 30)
         finally:
             await other.close()

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from inferplex.store.engine import Database
+from inferplex.store.sqlite import SQLiteDatabase
 from inferplex.store.usage import UsageFilter, UsageStore
 from inferplex.usage_log import UsageLog
 from tests.accounts.conftest import Admin, billing_config, sqlite_url
@@ -32,7 +32,7 @@ def test_rows_queued_at_shutdown_are_written(fake_openai: FakeOpenAI, tmp_path: 
     # the server is stopped: read its database directly
 
     async def read() -> list[dict[str, Any]]:
-        db = Database(sqlite_url(tmp_path))
+        db = SQLiteDatabase(sqlite_url(tmp_path))
         try:
             return await UsageStore(db).rows(UsageFilter(model="priced"), limit=1000)
         finally:

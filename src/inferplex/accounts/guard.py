@@ -34,7 +34,7 @@ from inferplex.limits import Hold, LimitStore, LimitsUnavailable
 from inferplex.limits.slots import FairSlots
 from inferplex.pipeline import Admission, Context, failure_error
 from inferplex.routing.pricing import price_for
-from inferplex.store.engine import StoreUnavailable
+from inferplex.store.backend import StoreUnavailable
 from inferplex.store.ledger import Ledger
 from inferplex.translate.openai_shapes import completion_from_chunks
 from inferplex.usage_log import UsageLog

@@ -12,8 +12,8 @@ from inferplex.limits import LimitStore
 from inferplex.limits.memory import MemoryLimits
 from inferplex.limits.redis import RedisLimits
 from inferplex.limits.slots import FairSlots
-from inferplex.store.engine import Database, default_url
-from inferplex.store.key_cache import CountedKeyCache, KeyCache, NotifiedKeyCache
+from inferplex.store.backend import Database
+from inferplex.store.engine import default_url, open_database
 from inferplex.store.keys import KeyStore
 from inferplex.store.ledger import Ledger
 from inferplex.store.recovery import Recovery, spool_path
@@ -58,9 +58,9 @@ class AccountServices:
 
     @classmethod
     async def start(cls, config: Config, master_key: str) -> AccountServices:
-        db = Database(database_url(config), config.storage.pool_size, config.storage.timeout_s)
+        db = open_database(database_url(config), config.storage.pool_size, config.storage.timeout_s)
         await db.migrate()
-        cache: KeyCache = CountedKeyCache(db.key_generation) if db.is_sqlite else NotifiedKeyCache(db.dsn)
+        cache = db.key_cache()
         cache.start()
         spool = Spool(spool_path(config))  # what a store outage could not take (store/recovery.py)
         keys, ledger, usage = KeyStore(db, cache), Ledger(db, spool), UsageStore(db)

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import bindparam, insert, select, update
 
 from inferplex.store import tables as t
-from inferplex.store.engine import Database
+from inferplex.store.backend import Database
 from inferplex.store.key_cache import KeyCache
 
 

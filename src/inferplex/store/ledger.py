@@ -1,13 +1,14 @@
 """Accounts and their credit ledger: every change to a balance is one ledger row in the same transaction.
 
 Reservations and settlements made while another batch is in flight go together in the next (batching.py),
-one transaction per batch, each move applied as if alone in the same order on both engines (`_order`: by
-account, settlements first), and each account's balance read once, its moves applied to it, and written
-back once. On PostgreSQL the batch is one call to the function of migration 0004, which locks each account
-row (`SELECT ... FOR UPDATE`, accounts in id order, so concurrent batches cannot deadlock) for that; on
-SQLite the writer holds the database's write lock for the whole batch (store/engine.py). Either way a
-reservation is applied only if the balance covers it, a balance never goes below what was reserved, and
-`balance == sum(ledger.amount)` holds after every transaction.
+one transaction per batch, applied by the database's `apply_moves` under the rule of store/moves.py: each
+move as if alone, in the same order on both engines (by account, settlements first), and each account's
+balance read once, its moves applied to it, and written back once. On PostgreSQL the batch is one call to
+the function of migration 0004, which locks each account row (`SELECT ... FOR UPDATE`, accounts in id
+order, so concurrent batches cannot deadlock) for that; on SQLite the writer holds the database's write
+lock for the whole batch (store/sqlite.py). Either way a reservation is applied only if the balance covers
+it, a balance never goes below what was reserved, and `balance == sum(ledger.amount)` holds after every
+transaction.
 
 A batch that fails because the database cannot be reached (or stays silent past `storage.timeout_s`) may or
 may not have committed: no client can tell. Its settlements are kept in the spool (store/spool.py), and its
@@ -21,20 +22,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from sqlalchemy import and_, bindparam, exists, func, insert, select, update
+from sqlalchemy import and_, exists, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from inferplex.batching import Batcher
 from inferplex.store import tables as t
-from inferplex.store.driver import first_row
-from inferplex.store.engine import UNREACHABLE, Database, StoreUnavailable
+from inferplex.store.backend import UNREACHABLE, Database, StoreUnavailable
+from inferplex.store.moves import ENTRY_COLUMNS, Move
 from inferplex.store.spool import MOVE, Spool
 
 log = logging.getLogger("inferplex.accounts")
@@ -66,62 +66,6 @@ class Account:
 def _account(row: Any) -> Account:
     m = row._mapping
     return Account(m["id"], m["name"], m["balance_micros"], m["rpm"], m["tpm"], m["max_concurrent"], m["created_at"])
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """One change to a balance and its ledger row. A conditional move (a reservation) is applied only if
-    the balance covers it; the others (settlements, top-ups) always are."""
-
-    account_id: str
-    kind: str
-    amount: int  # signed: what the move adds to the balance
-    conditional: bool = False
-    request_id: str | None = None
-    key_id: str | None = None
-    note: str | None = None
-
-
-# Built once at import (statement construction is most of the CPU of a move on SQLite), run on the driver
-# (store/driver.py). PostgreSQL runs a whole batch in the function of migration 0004.
-_ENTRY_COLUMNS = ("account_id", "kind", "amount_micros", "request_id", "key_id", "note", "created_at")
-_BALANCE = select(t.accounts.c.balance_micros).where(t.accounts.c.id == bindparam("account"))
-_ADD = (
-    update(t.accounts)
-    .where(t.accounts.c.id == bindparam("account"))
-    .values(balance_micros=t.accounts.c.balance_micros + bindparam("amount"))
-    .returning(t.accounts.c.balance_micros)
-)
-_ENTRY = insert(t.ledger).values({c: bindparam(c) for c in _ENTRY_COLUMNS})
-# The arrays go as text (`text_array`, `int_array`, `bool_array`), cast by PostgreSQL's own parser, and the
-# results come back as two arrays in one row: asyncpg's array encoder checks each element against three
-# collections ABCs (is it a nested array?), and a row per move is a Record each; together about 10 µs of
-# client CPU per move, this way about 4.5 (docs/benchmarks.md).
-_PG_BATCH = (
-    "SELECT array_agg(item) AS items, array_agg(balance) AS balances FROM inferplex_ledger_batch("
-    "$1::text::text[], $2::text::text[], $3::text::bigint[], $4::text::boolean[], "
-    "$5::text::text[], $6::text::text[], $7::text::text[], $8)"
-)
-
-
-def _quoted(value: str | None) -> str:
-    if value is None:
-        return "NULL"
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def text_array(values: Sequence[str | None]) -> str:
-    """A PostgreSQL text[] literal (`{"a","b",NULL}`): each string quoted and escaped, so any string (a
-    caller's request id, a note) comes back as it went."""
-    return "{" + ",".join([_quoted(v) for v in values]) + "}"
-
-
-def int_array(values: Sequence[int]) -> str:
-    return "{" + ",".join([str(v) for v in values]) + "}"
-
-
-def bool_array(values: Sequence[bool]) -> str:
-    return "{" + ",".join(["t" if v else "f" for v in values]) + "}"
 
 
 class Spooled(StoreUnavailable):
@@ -174,16 +118,10 @@ def _has(account_id: Any, request_id: Any, kind: str) -> Any:
     )
 
 
-def _order(moves: Sequence[Move]) -> list[int]:
-    """The order both engines apply a batch in: by account, settlements before reservations, then arrival."""
-    return sorted(range(len(moves)), key=lambda i: (moves[i].account_id, moves[i].conditional, i))
-
-
 class Ledger:
     def __init__(self, db: Database, spool: Spool | None = None) -> None:
         self.db = db
         self.spool = spool
-        self._balance, self._add, self._entry = (db.driver_statement(q) for q in (_BALANCE, _ADD, _ENTRY))
         # Every request's reservation and settlement go through here: concurrent ones share one round trip.
         self._batch: Batcher[Move, int | None] = Batcher(self._batched, orphaned=self._orphaned)
 
@@ -300,7 +238,7 @@ class Ledger:
                 add = update(t.accounts).where(acc.id == account).values(balance_micros=acc.balance_micros + amount)
                 conn.execute(add)
                 values = (account, "settle", amount, request, item["key_id"], item["note"], now)
-                conn.execute(insert(t.ledger).values(dict(zip(_ENTRY_COLUMNS, values, strict=True))))
+                conn.execute(insert(t.ledger).values(dict(zip(ENTRY_COLUMNS, values, strict=True))))
 
         await self.db.write(run)
 
@@ -341,51 +279,7 @@ class Ledger:
         return releases, first + window - 1 if done else after
 
     async def _apply(self, moves: list[Move]) -> list[int | None]:
-        now = time.time()
-        if not self.db.is_sqlite:
-            (row,) = await self.db.fetch_batch(
-                _PG_BATCH,
-                text_array([m.account_id for m in moves]),
-                text_array([m.kind for m in moves]),
-                int_array([m.amount for m in moves]),
-                bool_array([m.conditional for m in moves]),
-                text_array([m.request_id for m in moves]),
-                text_array([m.key_id for m in moves]),
-                text_array([m.note for m in moves]),
-                now,
-            )
-            out: list[int | None] = [None] * len(moves)
-            for item, balance in zip(row["items"] or (), row["balances"] or (), strict=True):
-                out[item - 1] = balance
-            return out
-
-        def run(conn: sqlite3.Connection) -> list[int | None]:
-            # The writer holds SQLite's write lock (BEGIN IMMEDIATE) for the whole batch, so each account's
-            # balance can be read once, the moves applied to it here in `_order`, and written back once.
-            balances: dict[str, int] = {}
-            for account in {m.account_id for m in moves}:
-                row = first_row(conn, self._balance, {"account": account})
-                if row is not None:
-                    balances[account] = int(row["balance_micros"])
-            start = dict(balances)
-            out: list[int | None] = [None] * len(moves)
-            entries = []
-            for i in _order(moves):
-                m = moves[i]
-                balance = balances.get(m.account_id)
-                if balance is None or (m.conditional and balance + m.amount < 0):
-                    continue
-                out[i] = balances[m.account_id] = balance + m.amount
-                values = (m.account_id, m.kind, m.amount, m.request_id, m.key_id, m.note, now)
-                entries.append(self._entry.args(dict(zip(_ENTRY_COLUMNS, values, strict=True))))
-            for account, balance in balances.items():
-                if balance != start[account]:
-                    first_row(conn, self._add, {"account": account, "amount": balance - start[account]})
-            if entries:
-                conn.executemany(self._entry.sql, entries)
-            return out
-
-        return await self.db.write_driver(run)
+        return await self.db.apply_moves(moves, time.time())
 
     def _orphaned(self, move: Move, balance: int | None) -> None:
         """A reservation whose caller was cancelled while it was in flight: give it back at once."""

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from inferplex.config import Config
-from inferplex.store.engine import unreachable
+from inferplex.store.backend import unreachable
 from inferplex.store.ledger import Ledger
 from inferplex.store.spool import MOVE, USAGE, Spool
 from inferplex.store.usage import UsageStore

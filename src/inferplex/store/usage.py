@@ -19,7 +19,7 @@ from sqlalchemy import JSON, Select, func, insert, select
 from sqlalchemy.engine import Connection
 
 from inferplex.store import tables as t
-from inferplex.store.engine import Database, unreachable
+from inferplex.store.backend import Database, unreachable
 
 log = logging.getLogger("inferplex.usage")
 
@@ -83,22 +83,16 @@ def _insert_once(row: dict[str, Any], conn: Connection) -> bool:
 class UsageStore:
     def __init__(self, db: Database) -> None:
         self.db = db
-        # Compiled once, executed as the driver's own statement with plain tuples: SQLAlchemy's per-row
-        # parameter processing cost more CPU than SQLite's insert itself (docs/benchmarks.md).
-        compiled = insert(t.usage).inline().compile(dialect=db.dialect, column_keys=list(COLUMNS))
-        self._sql = compiled.string
-        self._names = list(compiled.positiontup or COLUMNS)  # the order the values go in, by INSERT or COPY
-        self._order = [(name, name in _JSON) for name in self._names]
+        # Made once: the engine's cheapest append (an executemany on the driver, or COPY), fed plain tuples.
+        self._insert = db.bulk_insert(t.usage, COLUMNS)
+        self._order = [(name, name in _JSON) for name in COLUMNS]
 
     async def append(self, rows: list[dict[str, Any]]) -> None:
         """Insert rows that carry every column of `COLUMNS` (the guard's usage rows)."""
         if rows:
             order = self._order
             params = [tuple(_json(r[k]) if js else r[k] for k, js in order) for r in rows]
-            if self.db.is_sqlite:
-                await self.db.write_driver(lambda conn: conn.executemany(self._sql, params))
-            else:
-                await self.db.copy_rows(t.usage.name, self._names, params)
+            await self._insert(params)
 
     async def append_each(self, rows: list[dict[str, Any]]) -> int:
         """Write `rows` one by one, each cleaned (`cleaned`) and only if its request has no row yet; a row the

@@ -1,4 +1,4 @@
-"""Alembic environment: always handed a live connection by `store.engine.migrate`, never reads a .ini."""
+"""Alembic environment: always handed a live connection by `store.backend.upgrade`, never reads a .ini."""
 
 from __future__ import annotations
 

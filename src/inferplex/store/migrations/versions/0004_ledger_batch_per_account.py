@@ -7,7 +7,7 @@ before, so batches from two replicas still cannot deadlock), applies its moves i
 with the same rule (settlements first; a reservation only if the balance covers it), writes the balance
 once, and inserts the ledger rows of the applied moves in one statement, in the order they were applied.
 What each move returns, and `balance == sum(ledger)` after every call, are unchanged. SQLite's batch
-already worked this way (store/ledger.py).
+already worked this way (now store/sqlite.py).
 
 Revision ID: 0004
 Revises: 0003
