@@ -19,7 +19,7 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 
 # test_anthropic_dialect.py runs `/v1/messages` in front of every native fake: the providers' gateway.
-from tests.native.conftest import (  # noqa: F401
+from tests.providers.conftest import (  # noqa: F401
     _native_keys,
     fake_anthropic,
     fake_azure,

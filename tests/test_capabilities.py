@@ -16,7 +16,7 @@ from inferplex.config import Capabilities
 from inferplex.emulation import add_usage, json_tool_chunk, json_tool_completion
 from inferplex.errors import InvalidRequest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 IMAGE = {
     "role": "user",

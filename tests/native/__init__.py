@@ -1,1 +1,0 @@
-"""Native providers (Anthropic, Gemini, Azure, Bedrock) and the Anthropic dialect."""
