@@ -5,8 +5,9 @@ Shapes follow Azure's REST reference for chat completions (2024-10-21): OpenAI's
 carries the prompt's filter results. Errors: 401 `{"error": {"code": "401", "message": ...}}` for a bad
 key, 404 `DeploymentNotFound`, 400 `content_filter` with `innererror` for a filtered prompt.
 Deployments: any name echoes; `filtered` ends with finish_reason content_filter; `prompt-filtered` is the
-400; `missing` does not exist; `choices` answers each of n choices with its own text (`... (choice i)`),
-streamed interleaved under one id as Azure does.
+400; `missing` does not exist; `error-<status>` answers that status (429 with `retry-after: 7`);
+`choices` answers each of n choices with its own text (`... (choice i)`), streamed interleaved under one id
+as Azure does.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ class FakeAzure(FakeServer):
         deployment = request.match_info["deployment"]
         if deployment == "missing":
             return error(404, "DeploymentNotFound", "The API deployment for this resource does not exist.")
+        if deployment.startswith("error-"):
+            status = int(deployment.removeprefix("error-"))
+            response = error(status, str(status), f"fake azure failure {status}")
+            if status == 429:
+                response.headers["retry-after"] = "7"
+            return response
         if deployment == "prompt-filtered":
             inner = {
                 "code": "ResponsibleAIPolicyViolation",

@@ -11,8 +11,9 @@ unknown fields, roles other than user/assistant, a first message that is not use
 Behaviour by model id: `*tool*` calls the first tool (forced tool honoured; `*parallel*`: two); after a
 toolResult answers `tool said: <text>`; `*think*` adds reasoning; `*cache*` reports cache reads/writes;
 `*guardrail*` stops with guardrail_intervened; `*future*` an unknown block and stop reason;
-`*throttle*` a 429 ThrottlingException; `*midstream*` an exception frame after some text; `*numbered*`
-answers `echo: <text> #<k>`, k counting the numbered answers so far (tells parallel calls apart).
+`*throttle*` a 429 ThrottlingException; `*overloaded*` a 503 ServiceUnavailableException; `*midstream*`
+an exception frame after some text; `*numbered*` answers `echo: <text> #<k>`, k counting the numbered
+answers so far (tells parallel calls apart).
 """
 
 from __future__ import annotations
@@ -226,6 +227,8 @@ class FakeBedrock(FakeServer):
             return error(400, "ValidationException", msg)
         if "throttle" in model:
             return error(429, "ThrottlingException", "Too many requests, please wait before trying again.")
+        if "overloaded" in model:
+            return error(503, "ServiceUnavailableException", "The service is unavailable. Try again later.")
         blocks, stop, usage = answer(model, body)
         if request.path.endswith("/converse"):
             data = {

@@ -9,7 +9,8 @@ with `alt=sse` (one `data:` JSON per event, `\\r\\n` line ends, no terminator), 
 Behaviour by model name: `*echo*` echoes the last user text; `*tool*` calls the first allowed function
 (`*parallel*`: two); `*safety*` stops with SAFETY; `*blocked*` blocks the prompt; `*think*` adds a thought
 part; `*sig*` signs its first call and rejects a history whose call lost its `thoughtSignature`;
-`*cache*` reports cached tokens; `*future*` an unknown part and finish reason; `*error-<code>*` fails;
+`*cache*` reports cached tokens; `*future*` an unknown part and finish reason; `*error-<code>*` fails
+(429 with `retry-after: 7`); `*midstream*` streams some text, then an UNAVAILABLE error event;
 `*choices*` gives each candidate its own text and streams the candidates word by word, taking turns, with
 `index` 0 left out as proto3 JSON does.
 """
@@ -96,7 +97,8 @@ STATUS = {
 
 def error(code: int, message: str) -> web.Response:
     body = {"error": {"code": code, "message": message, "status": STATUS.get(code, "UNKNOWN")}}
-    return web.Response(status=code, body=orjson.dumps(body), content_type="application/json")
+    headers = {"retry-after": "7"} if code == 429 else None
+    return web.Response(status=code, body=orjson.dumps(body), content_type="application/json", headers=headers)
 
 
 def _schema_error(schema: Any, where: str) -> str | None:
@@ -278,7 +280,11 @@ class FakeGemini(FakeServer):
             return web.Response(body=orjson.dumps([data]), content_type="application/json")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        for event in self._events(data, cands):
+        events = self._events(data, cands)
+        if "midstream" in model:  # some text, then the error Gemini sends inside a stream
+            error_event = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}
+            events = [events[0], error_event]
+        for event in events:
             await resp.write(b"data: " + orjson.dumps(event) + b"\r\n\r\n")
         return resp
 

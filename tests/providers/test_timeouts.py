@@ -23,7 +23,7 @@ from inferplex.providers.base import CallInfo
 from inferplex.providers.http import new_session
 from inferplex.providers.registry import load_factory
 from inferplex.targets import Target
-from tests.test_upstream_bounds import Silent
+from tests.providers.test_bounds import Silent
 
 KINDS = ("openai", "azure", "anthropic", "gemini", "bedrock")
 WITHIN = 5.0  # the bound (0.3 s) plus a slow machine's margin
