@@ -23,9 +23,10 @@ from inferplex.admin.openapi import openapi_document
 from inferplex.app import Gateway, create_app
 from inferplex.canonical import ChatRequest
 from inferplex.config import parse_config
+from inferplex.dialects import registry
 from inferplex.dialects.oneinfer import FORM_FIELDS
 from inferplex.dialects.seed_wire import OPTION_FIELDS
-from inferplex.openapi.spec import REF
+from inferplex.openapi.spec import HEAD_ERRORS, REF
 from inferplex.providers.openai_compat import GATEWAY_FIELDS
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
@@ -104,6 +105,16 @@ def test_every_operation_declares_its_answers_and_errors_in_its_dialect() -> Non
                     assert response["content"]["application/json"]["schema"] == {"$ref": REF.format(model=expected)}
             if op["security"]:
                 assert "401" in statuses, (method, path)
+
+
+def test_errors_answered_before_a_route_runs_fit_each_path_s_documented_error_schema() -> None:
+    """The HTTP server's and the router's own errors (400, 404, 405, 414, 431) take the shape of the dialect
+    that owns the path (dialects/registry.py); the document declares that same shape for the path."""
+    for path, item in openapi_document()["paths"].items():
+        for op in item.values():
+            for status in HEAD_ERRORS:
+                body = registry.error_payload(path, registry.plain_error("refused", status, "refused"))
+                _fits(op["responses"][str(status)]["content"]["application/json"]["schema"], body)
 
 
 # ---- real answers fit the document --------------------------------------------------------------------------
