@@ -5,9 +5,9 @@ Shapes follow Azure's REST reference for chat completions (2024-10-21): OpenAI's
 carries the prompt's filter results. Errors: 401 `{"error": {"code": "401", "message": ...}}` for a bad
 key, 404 `DeploymentNotFound`, 400 `content_filter` with `innererror` for a filtered prompt.
 Deployments: any name echoes; `filtered` ends with finish_reason content_filter; `prompt-filtered` is the
-400; `missing` does not exist; `error-<status>` answers that status (429 with `retry-after: 7`);
-`choices` answers each of n choices with its own text (`... (choice i)`), streamed interleaved under one id
-as Azure does.
+400; `missing` does not exist; `error-<status>` answers that status (429 with `retry-after: 7`); `slow`
+streams "tick " every 50 ms for 30 s, noting when the client hangs up (`hangups`); `choices` answers
+each of n choices with its own text (`... (choice i)`), streamed interleaved under one id as Azure does.
 """
 
 from __future__ import annotations
@@ -108,6 +108,10 @@ class FakeAzure(FakeServer):
             return web.Response(body=orjson.dumps(data), content_type="application/json")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        if deployment == "slow":
+            tick = {**base, "object": "chat.completion.chunk"}
+            tick["choices"] = [{"index": 0, "delta": {"content": "tick "}, "finish_reason": None}]
+            return await self.tick(resp, b"data: " + orjson.dumps(tick) + b"\n\n")
         chunks: list[dict[str, Any]] = [
             {"id": "", "object": "", "created": 0, "model": "", "choices": [], "prompt_filter_results": PROMPT_FILTER}
         ]

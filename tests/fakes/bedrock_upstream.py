@@ -11,7 +11,8 @@ unknown fields, roles other than user/assistant, a first message that is not use
 Behaviour by model id: `*tool*` calls the first tool (forced tool honoured; `*parallel*`: two); after a
 toolResult answers `tool said: <text>`; `*think*` adds reasoning; `*cache*` reports cache reads/writes;
 `*guardrail*` stops with guardrail_intervened; `*future*` an unknown block and stop reason;
-`*throttle*` a 429 ThrottlingException; `*overloaded*` a 503 ServiceUnavailableException; `*midstream*`
+`*throttle*` a 429 ThrottlingException; `*overloaded*` a 503 ServiceUnavailableException; `*slow*` a text delta every
+50 ms for 30 s, noting when the client hangs up (`hangups`); `*midstream*`
 an exception frame after some text; `*numbered*` answers `echo: <text> #<k>`, k counting the numbered
 answers so far (tells parallel calls apart).
 """
@@ -240,6 +241,10 @@ class FakeBedrock(FakeServer):
             return web.Response(body=orjson.dumps(data), content_type="application/json")
         resp = web.StreamResponse(headers={"Content-Type": "application/vnd.amazon.eventstream"})
         await resp.prepare(request)
+        if "slow" in model:
+            await resp.write(frame("messageStart", {"role": "assistant"}))
+            tick = {"contentBlockIndex": 0, "delta": {"text": "tick "}}
+            return await self.tick(resp, frame("contentBlockDelta", tick))
         out = [frame("messageStart", {"role": "assistant"})]
         for i, block in enumerate(blocks):
             if "toolUse" in block:

@@ -10,7 +10,8 @@ Behaviour by model name: `*echo*` echoes the last user text; `*tool*` calls the 
 (`*parallel*`: two); `*safety*` stops with SAFETY; `*blocked*` blocks the prompt; `*think*` adds a thought
 part; `*sig*` signs its first call and rejects a history whose call lost its `thoughtSignature`;
 `*cache*` reports cached tokens; `*future*` an unknown part and finish reason; `*error-<code>*` fails
-(429 with `retry-after: 7`); `*midstream*` streams some text, then an UNAVAILABLE error event;
+(429 with `retry-after: 7`); `*midstream*` streams some text, then an UNAVAILABLE error event; `*slow*`
+streams "tick " every 50 ms for 30 s, noting when the client hangs up (`hangups`);
 `*choices*` gives each candidate its own text and streams the candidates word by word, taking turns, with
 `index` 0 left out as proto3 JSON does.
 """
@@ -280,6 +281,9 @@ class FakeGemini(FakeServer):
             return web.Response(body=orjson.dumps([data]), content_type="application/json")
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        if "slow" in model:
+            tick = {"candidates": [{"index": 0, "content": {"role": "model", "parts": [{"text": "tick "}]}}]}
+            return await self.tick(resp, b"data: " + orjson.dumps(tick) + b"\r\n\r\n")
         events = self._events(data, cands)
         if "midstream" in model:  # some text, then the error Gemini sends inside a stream
             error_event = {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}

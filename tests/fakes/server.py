@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,20 @@ class FakeServer:
     requests: list[Recorded] = field(default_factory=list)
     port: int = 0
     _server: BackgroundServer | None = None
+    # when a client hung up on a stream that `tick` was writing (monotonic times)
+    hangups: list[float] = field(default_factory=list)
+
+    async def tick(self, resp: web.StreamResponse, piece: bytes) -> web.StreamResponse:
+        """A slow stream: `piece` every 50 ms for 30 s, noting in `hangups` when the client went away."""
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                await resp.write(piece)
+                await asyncio.sleep(0.05)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.hangups.append(time.monotonic())
+            raise
+        return resp
 
     @property
     def url(self) -> str:

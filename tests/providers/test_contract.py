@@ -73,7 +73,13 @@ ROWS: dict[str, dict[str, str | None]] = {
         "gemini": "gemini-midstream",
         "bedrock": _BR.format("midstream"),
     },
-    "slow": {"openai": "slow-stream", "anthropic": "claude-slow-1"},
+    "slow": {
+        "openai": "slow-stream",
+        "azure": "slow",
+        "anthropic": "claude-slow-1",
+        "gemini": "gemini-slow",
+        "bedrock": _BR.format("slow"),
+    },
     "choices": {
         "openai": "choices-model",
         "azure": "choices",
@@ -232,9 +238,21 @@ def test_a_midstream_failure_ends_the_stream_with_an_error_then_done(gateway: Ga
 
 @pytest.mark.parametrize("kind", rows("slow"))
 def test_a_caller_hanging_up_cancels_the_upstream_within_a_second(
-    gateway: GatewayServer, fake_openai: FakeOpenAI, fake_anthropic: FakeAnthropic, kind: str
+    gateway: GatewayServer,
+    fake_openai: FakeOpenAI,
+    fake_anthropic: FakeAnthropic,
+    fake_gemini: FakeGemini,
+    fake_azure: FakeAzure,
+    fake_bedrock: FakeBedrock,
+    kind: str,
 ) -> None:
-    disconnects = fake_openai.state.disconnects if kind == "openai" else fake_anthropic.disconnects
+    disconnects = {
+        "openai": fake_openai.state.disconnects,
+        "anthropic": fake_anthropic.disconnects,
+        "gemini": fake_gemini.hangups,
+        "azure": fake_azure.hangups,
+        "bedrock": fake_bedrock.hangups,
+    }[kind]
     seen = len(disconnects)
     body = {"model": name(kind, "slow"), "messages": MSG, "stream": True}
     with (
