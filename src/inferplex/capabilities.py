@@ -58,6 +58,11 @@ class ProviderCapabilities:
     reasoning: Support = N
     reasoning_effort: Support = N
     openai_options: Support = N
+    # Anthropic's own request details (from the Anthropic dialect, or sent as extra fields): extended
+    # thinking, top_k sampling, and cache_control on content parts and tools.
+    thinking: Support = N
+    top_k: Support = N
+    cache_control: Support = N
     notes: tuple[str, ...] = field(default=(), compare=False)
 
 
@@ -70,12 +75,14 @@ _SCALARS: dict[str, tuple[str, ...]] = {
     "logit_bias": ("logit_bias",),
     "stop": ("stop",),
     "reasoning_effort": ("reasoning_effort",),
+    "thinking": ("thinking",),
+    "top_k": ("top_k",),
     # OpenAI-only request options with no counterpart elsewhere (audio output, predicted outputs, ...)
     "openai_options": ("modalities", "audio", "prediction", "web_search_options", "store", "verbosity"),
 }
 
-# Values that ask for nothing, so need no support: `store: false`, text-only `modalities`.
-_HARMLESS: tuple[Any, ...] = (None, False, ["text"])
+# Values that ask for nothing, so need no support: `store: false`, text-only `modalities`, thinking disabled.
+_HARMLESS: tuple[Any, ...] = (None, False, ["text"], {"type": "disabled"})
 
 # What a json_object request becomes when it has to be emulated with a forced tool.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -142,6 +149,16 @@ class _Decider:
             self.updates[name] = None
 
 
+def _uses_cache_control(request: ChatRequest) -> bool:
+    """Whether `cache_control` is set on the request, a content part or a tool (Anthropic's prompt caching)."""
+    if (request.model_extra or {}).get("cache_control") is not None:
+        return True
+    for m in request.messages:
+        if isinstance(m.content, list) and any((p.model_extra or {}).get("cache_control") for p in m.content):
+            return True
+    return any((t.model_extra or {}).get("cache_control") for t in request.tools or ())
+
+
 def _has_part(messages: list[Message], part_type: str) -> bool:
     return any(isinstance(m.content, list) and any(p.type == part_type for p in m.content) for m in messages)
 
@@ -183,6 +200,8 @@ def plan(
             for name in names:
                 if name in set_fields and getattr(request, name, None) not in _HARMLESS:
                     d.cannot(name, support, f"honour {name}")
+    if provider.cache_control is not Support.NATIVE and _uses_cache_control(request):
+        d.cannot("cache_control", provider.cache_control, "cache prompt prefixes", ())
     fan_out = 1
     if request.n is not None and request.n > 1:
         if provider.n is Support.EMULATED:
@@ -273,6 +292,9 @@ _LABELS = {
     "reasoning": "reasoning output",
     "reasoning_effort": "reasoning_effort",
     "openai_options": "OpenAI-only options (modalities, audio, prediction, web_search_options, store, verbosity)",
+    "thinking": "thinking (Anthropic's extended thinking)",
+    "top_k": "top_k",
+    "cache_control": "cache_control (Anthropic's prompt caching)",
 }
 
 

@@ -78,3 +78,34 @@ def test_the_local_models_unsupported_parameters_are_named_by_default(local: Gat
     resp = _post(local, model=DEFAULT_CHAT_MODEL, messages=MSG, logprobs=True, top_logprobs=2, max_tokens=1)
     assert resp.status_code == 200, resp.text
     assert resp.headers["x-inferplex-dropped-params"] == "logprobs,top_logprobs"
+
+
+# Anthropic's own details (thinking, top_k, cache_control): declared per provider, decided by the plan too.
+THINKING = {"type": "enabled", "budget_tokens": 1024}
+CACHED = [{"role": "user", "content": [{"type": "text", "text": "Say hi", "cache_control": {"type": "ephemeral"}}]}]
+
+
+@pytest.mark.parametrize(
+    ("model", "extra", "param"),
+    [
+        ("gemini-echo", {"thinking": THINKING}, "thinking"),
+        ("gemini-echo", {"messages": CACHED}, "cache_control"),
+        ("bedrock-llama", {"top_k": 5}, "top_k"),
+    ],
+)
+def test_anthropic_details_a_target_cannot_honour_are_named_or_refused(
+    native_gateway: GatewayServer, model: str, extra: dict[str, Any], param: str
+) -> None:
+    body = {"model": model, "messages": MSG, **extra}
+    named = _post(native_gateway, **body)
+    assert named.status_code == 200, named.text
+    assert param in named.headers["x-inferplex-dropped-params"].split(",")
+    refused = _post(native_gateway, **body, drop_params=False)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["param"] == param
+
+
+def test_anthropic_details_the_anthropic_family_honours_are_not_named(native_gateway: GatewayServer) -> None:
+    resp = _post(native_gateway, model="bedrock-claude", messages=CACHED, top_k=5, drop_params=False)
+    assert resp.status_code == 200, resp.text
+    assert "x-inferplex-dropped-params" not in resp.headers

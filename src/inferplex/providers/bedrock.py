@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -48,9 +49,11 @@ CAPABILITIES = ProviderCapabilities(
         "json_schema and json_object are served by a forced tool (Converse has no JSON mode).",
         "images must be base64 data URLs (Converse takes bytes, not links); `cache_control` becomes a "
         "`cachePoint` block.",
-        "Anthropic models also get `top_k` and `thinking` through `additionalModelRequestFields`.",
+        "Anthropic models also get `top_k` and `thinking` through `additionalModelRequestFields`, and "
+        "`cache_control`; other families drop them (named, or a 400 with `drop_params: false`).",
     ),
 )
+_OTHER_FAMILIES = replace(CAPABILITIES, top_k=D, thinking=D, cache_control=D)
 
 ERRORS = ErrorMap(
     overloaded_statuses=frozenset({503, 529}),
@@ -85,6 +88,10 @@ class Bedrock(NativeAdapter):
         self._base = (config.base_url or f"https://bedrock-runtime.{self.region}.amazonaws.com").rstrip("/")
         self._session = session
         self._credentials: Any = None
+
+    def capabilities_for(self, target: Target) -> ProviderCapabilities:
+        """Anthropic's own details (top_k, thinking, cache_control) reach the Anthropic family only."""
+        return CAPABILITIES if tr.family(target.upstream_model) == "anthropic" else _OTHER_FAMILIES
 
     def _url(self, model_id: str, action: str) -> str:
         # yarl encodes each segment once (an ARN's "/" becomes %2F) and this exact string is what is signed

@@ -30,6 +30,8 @@ CAPABILITIES = ProviderCapabilities(
     logprobs=Support.DROPPED,
     logit_bias=Support.DROPPED,
     openai_options=Support.DROPPED,
+    thinking=Support.DROPPED,
+    cache_control=Support.DROPPED,
     notes=(
         "json_schema becomes `responseMimeType: application/json` + `responseSchema` (types upper-cased, "
         "keywords Gemini does not accept removed).",

@@ -39,7 +39,7 @@ _PROSE_RULES = "prose ::= [^{ \\t\\n\\r] [^\\x00]*\n"
 
 # What the local runtime cannot honour: dropped and named, or refused with `drop_params: false`, decided by
 # `capabilities.plan` as for every provider. Everything else it checks itself (`plan_chat`'s 400s name it).
-CAPABILITIES = ProviderCapabilities(audio_input=N, logprobs=D, logit_bias=D)
+CAPABILITIES = ProviderCapabilities(audio_input=N, logprobs=D, logit_bias=D, thinking=D, top_k=D, cache_control=D)
 
 
 @dataclass(slots=True)

@@ -29,7 +29,7 @@ class NativeAdapter:
     def _plan(self, request: ChatRequest, target: Target, info: CallInfo, *, stream: bool) -> Plan:
         decided = plan(
             request,
-            self.capabilities,
+            self.capabilities_for(target),
             target.model.capabilities,
             provider_name=target.provider.name,
             model_name=target.model.name,
@@ -37,6 +37,10 @@ class NativeAdapter:
         )
         info.dropped_params = sorted({*info.dropped_params, *decided.dropped})
         return decided
+
+    def capabilities_for(self, target: Target) -> ProviderCapabilities:
+        """What this adapter can do for `target`: its declaration, unless a model family changes it."""
+        return self.capabilities
 
     def max_tokens(self, target: Target) -> int:
         """The output limit sent when the caller gave none: the model's configured maximum, else 4096."""

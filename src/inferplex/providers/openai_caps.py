@@ -14,5 +14,7 @@ CAPABILITIES = ProviderCapabilities(
         "the request is forwarded nearly as sent; a vendor profile's unsupported parameters are dropped and "
         "named in `x-inferplex-dropped-params`.",
         "prompt caching is automatic on OpenAI and reported as `prompt_tokens_details.cached_tokens`.",
+        "Anthropic's own details (thinking, top_k, cache_control) are forwarded as sent, like any field the "
+        "gateway does not know; the Anthropic dialect does not send them here, and names them as dropped.",
     ),
 )
