@@ -470,3 +470,16 @@ async def test_the_ledger_rule_on_seeded_random_batches(db: Database) -> None:
     for account, balance in balances.items():
         found = await ledger.account(account)
         assert found is not None and found.balance_micros == balance == await ledger.ledger_sum(account)
+
+
+async def test_a_bulk_insert_takes_its_values_in_the_order_of_its_columns(db: Database) -> None:
+    """The usage log's append (executemany on SQLite, COPY on PostgreSQL), made for any order of columns."""
+    insert = db.bulk_insert(t.accounts, ("name", "balance_micros", "id", "created_at"))
+    await insert([("first", 5, "bulk1", 1.0), ("second", 7, "bulk2", 2.0)])
+    await insert([])
+    ledger = Ledger(db)
+    found = [await ledger.account(i) for i in ("bulk1", "bulk2")]
+    assert [(a.id, a.name, a.balance_micros) for a in found if a is not None] == [
+        ("bulk1", "first", 5),
+        ("bulk2", "second", 7),
+    ]
