@@ -6,8 +6,9 @@ carries the prompt's filter results. Errors: 401 `{"error": {"code": "401", "mes
 key, 404 `DeploymentNotFound`, 400 `content_filter` with `innererror` for a filtered prompt.
 Deployments: any name echoes; `filtered` ends with finish_reason content_filter; `prompt-filtered` is the
 400; `missing` does not exist; `error-<status>` answers that status (429 with `retry-after: 7`); `slow`
-streams "tick " every 50 ms for 30 s, noting when the client hangs up (`hangups`); `choices` answers
-each of n choices with its own text (`... (choice i)`), streamed interleaved under one id as Azure does.
+streams "tick " every 50 ms for 30 s, noting when the client hangs up (`hangups`); `midstream` streams some
+text, then an error object; `choices` answers each of n choices with its own text (`... (choice i)`),
+streamed interleaved under one id as Azure does.
 """
 
 from __future__ import annotations
@@ -128,7 +129,9 @@ class FakeAzure(FakeServer):
                 if k < len(ws):
                     chunks.append(one(i, {"content": ws[k] if k == 0 else " " + ws[k]}, None, choice_filter))
         chunks += [one(i, {}, finish, choice_filter) for i in range(n)]
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if deployment == "midstream":  # some text, then the error object Azure sends inside a stream
+            chunks = [*chunks[: 2 + n], {"error": {"code": "server_error", "message": "The server had an error."}}]
+        elif (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**chunk, "choices": [], "usage": usage})
         for c in chunks:
             await resp.write(b"data: " + orjson.dumps(c) + b"\n\n")

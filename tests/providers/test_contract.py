@@ -69,6 +69,7 @@ ROWS: dict[str, dict[str, str | None]] = {
     },
     "midstream": {
         "openai": "die-midstream",
+        "azure": "midstream",
         "anthropic": "claude-midstream-1",
         "gemini": "gemini-midstream",
         "bedrock": _BR.format("midstream"),
