@@ -113,3 +113,14 @@ async def test_middleware_given_to_the_constructor_runs_on_a_fixed_path_route() 
     assert answer.json() == {"pong": True}
     assert answer.headers["x-recorded"] == "yes"
     assert Recorder.seen == ["/ping"]
+
+
+def test_without_middleware_the_chat_routes_keep_the_fixed_path_dispatch(fake_openai: FakeOpenAI) -> None:
+    """The guard above must not cost the fast path (docs/benchmarks.md): with no middleware added, the chat
+    routes are still served from the dict, and adding one empties it."""
+    app = GatewayServer(openai_config(fake_openai)).server.config.app
+    assert isinstance(app, Gateway)
+    for path in ("/v1/chat/completions", "/v1/messages", "/v1/ula/chat/completions", "/v0/chat/completions"):
+        assert (path, "POST") in app._exact
+    app.add_middleware(Recorder)
+    assert not app._exact
