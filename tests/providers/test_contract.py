@@ -16,6 +16,11 @@ no 429). Read with the official `openai` SDK or raw httpx, as a caller would:
   it) with `drop_params: false`;
 - n > 1, buffered and streamed: n choices, indexed 0..n-1, each its own candidate.
 Per-provider files (`test_<kind>.py`) keep only what is specific to one provider.
+
+Cells left out, and why: an unknown finish reason on the OpenAI-compatible kinds (openai, azure) passes
+through as the provider sent it, like every field of their answers; the local model has no 429, overload or
+transport to fail mid-stream, and its cancellation on hang-up is tested in test_local.py (the next request
+does not wait for the abandoned generation).
 """
 
 from __future__ import annotations
