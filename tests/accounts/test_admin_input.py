@@ -138,8 +138,11 @@ def test_64_bit_limits_are_stored_and_read_back_exactly(admin: Admin, server: Ga
     assert r.status_code == 200, r.text  # and the limits themselves work with such numbers
 
 
-def test_a_top_up_that_would_overflow_the_balance_is_refused_and_the_balance_stays_exact(admin: Admin) -> None:
-    account = admin.create_key(credits_micros=1_000_000)["account_id"]
+def test_a_top_up_that_would_overflow_the_balance_is_refused_and_the_balance_stays_exact(
+    admin: Admin, server: GatewayServer
+) -> None:
+    created = admin.create_key(credits_micros=1_000_000)
+    account, key = created["account_id"], created["key"]
     credits = f"/admin/accounts/{account}/credits"
     refused(admin.client.post(credits, json={"amount_micros": INT64_MAX}), "amount_micros")
     assert exact(admin, account) == 1_000_000
@@ -158,6 +161,11 @@ def test_a_top_up_that_would_overflow_the_balance_is_refused_and_the_balance_sta
     r = admin.client.post(credits, json={"amount_micros": -INT64_MAX, "kind": "adjust"})
     assert r.status_code == 200 and exact(admin, account) == -INT64_MAX
     refused(admin.client.post(credits, json={"amount_micros": -2, "kind": "adjust"}), "amount_micros")
+    assert exact(admin, account) == -INT64_MAX
+    # a request on that balance is refused for credit, not failed by the store's arithmetic (a 500 on PostgreSQL)
+    body = {"model": "priced", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    r = httpx.post(server.base_url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {key}"})
+    assert r.status_code == 403 and r.json()["error"]["code"] == "insufficient_credits", r.text
     assert exact(admin, account) == -INT64_MAX
 
 

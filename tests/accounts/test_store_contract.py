@@ -400,6 +400,13 @@ _RULE: list[tuple[str, dict[str, int], list[tuple[str, str, int]], list[int | No
         [0, 1],
     ),
     ("an empty batch", {"a": 7}, [], [], []),
+    (
+        "a reservation on the lowest balance an admin can set is refused, not an overflow",
+        {"a": -(2**63 - 1)},
+        [("a", "reserve", -1), ("a", "refund", 1)],
+        [None, -(2**63 - 2)],
+        [1],
+    ),
 ]
 
 
