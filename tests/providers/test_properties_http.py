@@ -39,6 +39,6 @@ def test_any_value_in_any_field_is_answered_cleanly_by_every_adapter(
     def run(field: str, value: Any, delete: bool) -> None:
         body = with_field(base, field, value, delete)
         response = httpx.post(native_gateway.url + route.path, json=body, headers=native_gateway.auth, timeout=30)
-        check_clean(route, response)
+        check_clean(route, response, body)
 
     run()
