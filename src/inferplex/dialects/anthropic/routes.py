@@ -31,7 +31,6 @@ from inferplex.pipeline import ChatStream, Context
 from inferplex.providers.failures import UpstreamOverloaded
 from inferplex.services import Services
 from inferplex.streaming import SSEResponse
-from inferplex.translate.openai_to_bedrock import family as bedrock_family
 
 _TYPES = {
     400: "invalid_request_error",
@@ -43,13 +42,11 @@ _TYPES = {
     529: "overloaded_error",
 }
 
-# Anthropic-only request details, and the provider kinds that honour them; elsewhere they are dropped.
-# On Bedrock only the Anthropic family takes them (through additionalModelRequestFields and cachePoint).
-_HONOURED = {
-    "thinking": {"anthropic", "bedrock:anthropic"},
-    "top_k": {"anthropic", "bedrock:anthropic", "gemini"},
-    "cache_control": {"anthropic", "bedrock:anthropic"},
-}
+# Anthropic-only request details (thinking, top_k, cache_control). An adapter that forwards the caller's JSON
+# (kinds openai, azure) is sent the request without them, so they are named here; every other adapter gets
+# them on the canonical request, and its declared capabilities decide (`capabilities.plan`: dropped and
+# named, or refused with drop_params: false), as for any parameter.
+_FORWARDS_JSON = frozenset({"openai", "azure"})
 
 
 def error_shape(err: GatewayError) -> tuple[int, str]:
@@ -78,16 +75,15 @@ def _uses_cache_control(value: Any) -> bool:
 
 
 def _note_dropped(ctx: Context, full: dict[str, Any]) -> None:
-    """Name the Anthropic-only details a non-Anthropic target could not honour."""
+    """Name the Anthropic-only details a target that forwards the caller's JSON was not sent."""
     if ctx.target is None:
         return
     kind = ctx.target.provider.kind
-    if kind == "bedrock":
-        kind = "bedrock:" + bedrock_family(ctx.target.upstream_model)
-    used: list[str] = [k for k in ("thinking", "top_k") if k in full]
-    if _uses_cache_control(full):
-        used.append("cache_control")
-    lost = [k for k in used if kind not in _HONOURED[k]]
+    lost: list[str] = []
+    if kind in _FORWARDS_JSON:
+        lost = [k for k in ("thinking", "top_k") if k in full]
+        if _uses_cache_control(full):
+            lost.append("cache_control")
     if kind != "anthropic":
         extra = full.get("anthropic_extra") or {}
         lost += ["anthropic-beta" if k == "betas" else "server_tools" if k == "tools" else k for k in extra]
