@@ -20,9 +20,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from inferplex.app import Gateway
+from inferplex.context import Context
 from inferplex.dialects.openai import render_error
 from inferplex.edge import endpoint, json_response
-from inferplex.pipeline import Context
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer

@@ -10,6 +10,8 @@ from __future__ import annotations
 from inferplex.accounts.auth import principal_of
 from inferplex.accounts.limits import LimitPlan, Limits
 from inferplex.auth import MASTER
+from inferplex.context import Context
+from inferplex.routing.options import RouteOptions
 from inferplex.store.keys import AccountLimits, KeyRecord
 
 
@@ -35,3 +37,11 @@ def test_a_keys_limits_and_processors_are_typed_fields_of_its_principal() -> Non
 def test_the_master_key_has_no_limits_and_no_processors() -> None:
     assert MASTER.limits == LimitPlan()
     assert MASTER.default_processors == MASTER.enforced_processors == ()
+
+
+def test_a_requests_gateway_state_is_typed_fields_of_its_context() -> None:
+    ctx = Context()
+    assert ctx.route is None and ctx.prompt_tokens_estimate == 0
+    ctx.route = RouteOptions(service_tier="flex")
+    assert ctx.route.service_tier == "flex"
+    assert not hasattr(ctx, "options")

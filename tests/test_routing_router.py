@@ -14,8 +14,8 @@ import pytest
 
 from inferplex.catalog import Catalog
 from inferplex.config import CooldownConfig, parse_config
+from inferplex.context import Context
 from inferplex.errors import UpstreamError
-from inferplex.pipeline import Context
 from inferplex.routing.cooldown import Gate, RedisCooldowns
 from inferplex.routing.options import RouteOptions
 from inferplex.routing.router import Router
@@ -37,7 +37,7 @@ def catalog(deployments: list[dict[str, Any]], **routing: Any) -> Catalog:
 
 def ctx(**route: Any) -> Context:
     c = Context()
-    c.options["route"] = RouteOptions(**route)
+    c.route = RouteOptions(**route)
     return c
 
 

@@ -14,6 +14,7 @@ import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from inferplex.context import Context
 from inferplex.errors import (
     GatewayError,
     InternalError,
@@ -24,7 +25,6 @@ from inferplex.errors import (
 )
 from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits
 from inferplex.json_limits import check as check_json
-from inferplex.pipeline import Context
 from inferplex.store.backend import unreachable
 
 log = logging.getLogger("inferplex")

@@ -18,11 +18,11 @@ from typing import Any
 
 from inferplex.canonical import ChatRequest, FunctionDef, NamedToolChoice, Tool
 from inferplex.capabilities import JsonTool, Plan
-from inferplex.providers.base import Chunk
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, Usage
 from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
 
-Once = Callable[[ChatRequest], Awaitable[Chunk]]
-StreamOnce = Callable[[ChatRequest], AsyncIterator[Chunk]]
+Once = Callable[[ChatRequest], Awaitable[ChatCompletion]]
+StreamOnce = Callable[[ChatRequest], AsyncIterator[ChatCompletionChunk]]
 
 
 def with_json_tool(request: ChatRequest, tool: JsonTool) -> ChatRequest:
@@ -40,7 +40,7 @@ def with_json_tool(request: ChatRequest, tool: JsonTool) -> ChatRequest:
     )
 
 
-def json_tool_completion(completion: Chunk) -> Chunk:
+def json_tool_completion(completion: ChatCompletion) -> ChatCompletion:
     """Turn the forced tool call back into the JSON text the caller asked for."""
     for choice in completion.get("choices") or ():
         message = choice.get("message") or {}
@@ -52,7 +52,7 @@ def json_tool_completion(completion: Chunk) -> Chunk:
     return completion
 
 
-def json_tool_chunk(chunk: Chunk) -> Chunk:
+def json_tool_chunk(chunk: ChatCompletionChunk) -> ChatCompletionChunk:
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") or {}
         calls = delta.pop("tool_calls", None) or []
@@ -64,8 +64,15 @@ def json_tool_chunk(chunk: Chunk) -> Chunk:
     return chunk
 
 
-def add_usage(total: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:
+def add_usage(total: Usage | None, more: Usage | None) -> Usage | None:
     """Sum two OpenAI usage objects, nested details included."""
+    summed: Usage | None = _add(total, more)
+    return summed
+
+
+def _add(total: Any, more: Any) -> Any:
+    """`add_usage` on any JSON objects: every integer summed, at any depth, whether `Usage` names it or not
+    (an upstream may report counts of its own)."""
     if more is None:
         return total
     if total is None:
@@ -74,7 +81,7 @@ def add_usage(total: dict[str, Any] | None, more: dict[str, Any] | None) -> dict
         if isinstance(value, int) and isinstance(total.get(key), int):
             total[key] += value
         elif isinstance(value, dict):
-            total[key] = add_usage(total.get(key) if isinstance(total.get(key), dict) else None, value)
+            total[key] = _add(total.get(key) if isinstance(total.get(key), dict) else None, value)
         elif key not in total:
             total[key] = value
     return total
@@ -84,14 +91,14 @@ def _copy(usage: dict[str, Any]) -> dict[str, Any]:
     return {k: _copy(v) if isinstance(v, dict) else v for k, v in usage.items()}
 
 
-async def run_chat(plan: Plan, once: Once) -> Chunk:
+async def run_chat(plan: Plan, once: Once) -> ChatCompletion:
     """Serve a buffered request according to its plan."""
     request = with_json_tool(plan.request, plan.json_tool) if plan.json_tool else plan.request
     if plan.fan_out > 1:
         results = await asyncio.gather(*(once(request) for _ in range(plan.fan_out)))
         completion = results[0]
         choices = []
-        usage: dict[str, Any] | None = None
+        usage: Usage | None = None
         for i, result in enumerate(results):
             for choice in result.get("choices") or ():
                 choice["index"] = i
@@ -104,24 +111,24 @@ async def run_chat(plan: Plan, once: Once) -> Chunk:
     return json_tool_completion(completion) if plan.json_tool else completion
 
 
-async def run_stream(plan: Plan, once: Once, stream_once: StreamOnce) -> AsyncGenerator[Chunk, None]:
+async def run_stream(plan: Plan, once: Once, stream_once: StreamOnce) -> AsyncGenerator[ChatCompletionChunk, None]:
     """Serve a streamed request according to its plan; always ends with one usage chunk (`choices: []`).
 
     With n fanned out, the calls' chunks become one stream: every chunk takes the first call's id and
     `created` (each upstream message has its own), and call i's choice is index i. Without a fan-out the
     indices are the upstream's own (Gemini's candidateCount streams several), and are left alone."""
     request = with_json_tool(plan.request, plan.json_tool) if plan.json_tool else plan.request
-    usage: dict[str, Any] | None = None
-    last: Chunk | None = None
+    usage: Usage | None = None
+    last: ChatCompletionChunk | None = None
     fan_out = plan.fan_out > 1
-    identity: tuple[Any, Any] | None = None
+    identity: tuple[str, int] | None = None
     for i in range(plan.fan_out):
         source = aiter_chunks(completion_chunks(await once(request))) if plan.buffered_stream else stream_once(request)
         try:
             async for chunk in source:
                 if fan_out:
                     if identity is None:
-                        identity = chunk.get("id"), chunk.get("created")
+                        identity = chunk.get("id", ""), chunk.get("created", 0)
                     chunk["id"], chunk["created"] = identity
                 if not chunk.get("choices") and chunk.get("usage") is not None:
                     usage = add_usage(usage, chunk["usage"])

@@ -15,115 +15,32 @@ Nothing here knows about HTTP requests or any provider's wire format.
 
 from __future__ import annotations
 
-import itertools
 import logging
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
-from urllib.parse import quote
+from typing import Any, Literal, Protocol, TypeVar
 
 from inferplex.accounts.delivered import counted_prompt_tokens
 from inferplex.accounts.pricing import estimate_output_tokens
-from inferplex.auth import MASTER, Principal
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
+from inferplex.context import Context
 from inferplex.errors import GatewayError, InternalError, UpstreamError
-from inferplex.providers.base import Adapter, CallInfo, Chunk
+from inferplex.providers.base import Adapter
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Usage
 from inferplex.routing.options import route_options
 from inferplex.targets import Target
-from inferplex.timings import Timings
 from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
 
 T = TypeVar("T")
 
 log = logging.getLogger("inferplex")
 
-# Request ids: a random per-process prefix and a counter. Unique across replicas and restarts without a
-# getrandom() syscall per request (measured at about 1% of a request's CPU).
-_ID_PREFIX = "req_" + secrets.token_hex(6)
-_ids = itertools.count(1)
-
-
-def _new_request_id() -> str:
-    return f"{_ID_PREFIX}{next(_ids):012x}"
-
-
-@dataclass(slots=True)
-class Attempt:
-    """One try at one deployment, as the router saw it: kept on the context for the usage log."""
-
-    deployment: str
-    model: str
-    outcome: str  # "ok", "error" (before the first byte), "failed_midstream", "cancelled" (the caller left)
-    status: int | None = None
-    error: str | None = None
-    latency_ms: float = 0.0
-
-
-@dataclass(slots=True)
-class Context:
-    """Everything the gateway learns about one request while serving it."""
-
-    request_id: str = field(default_factory=lambda: _new_request_id())
-    timings: Timings = field(default_factory=Timings.begin)
-    info: CallInfo = field(default_factory=CallInfo)
-    principal: Principal = MASTER
-    client_ip: str | None = None
-    dialect: str = "openai"
-    model: ModelConfig | None = None
-    target: Target | None = None
-    attempts: int = 0
-    attempt_log: list[Attempt] = field(default_factory=list)
-    service_tier: str = "default"  # the tier that served (routing); billing prices flex from it
-    usage: dict[str, Any] | None = None
-    finish_reason: str | None = None
-    output_chars: int = 0
-    # A stream that ends without the provider's usage (cut, or failed mid-way) is billed on the prompt as the
-    # gateway counts it (accounts/delivered.py), set here by the stream, not on the reservation's estimate.
-    prompt_tokens_counted: int | None = None
-    # The error a stream's caller received after its first byte (the upstream failed mid-way); None if none.
-    failure: GatewayError | None = None
-    cost_micros: int | None = None
-    extra_headers: dict[str, str] = field(default_factory=dict)
-    # The usage log's response body: the buffered answer, or the chunks of a streamed one. `streamed` is
-    # None unless the request's log_response_body is on (the guard sets it to a list at admission).
-    response: Chunk | None = None
-    streamed: list[Chunk] | None = None
-    # Request-level options that steer gateway stages, not the model (tags, log flags, routing prefs, ...).
-    options: dict[str, Any] = field(default_factory=dict)
-
-    def headers(self) -> dict[str, str]:
-        out = {"x-inferplex-request-id": self.request_id, "x-request-id": self.request_id}
-        if self.target is not None:
-            out["x-inferplex-provider"] = self.target.provider.name
-            out["x-inferplex-model"] = self.target.upstream_model
-        if self.attempts > 1:
-            out["x-inferplex-attempts"] = str(self.attempts)
-        if self.info.dropped_params:
-            # Percent-encoded: a name can be a caller's own field name, not a valid header value as it stands.
-            out["x-inferplex-dropped-params"] = ",".join(quote(p, safe="") for p in self.info.dropped_params)
-        if self.timings.queued_ms > 0:
-            out["x-inferplex-queued-ms"] = f"{self.timings.queued_ms:.2f}"
-        if self.cost_micros is not None:
-            out["x-inferplex-cost-micros"] = str(self.cost_micros)
-        out.update(self.extra_headers)
-        return out
-
-    @property
-    def completion_tokens(self) -> int | None:
-        if not self.usage:
-            return None
-        value = self.usage.get("completion_tokens")
-        return value if isinstance(value, int) else None
-
-
 # ---- stage interfaces -------------------------------------------------------------------------------------
 
 
 class Admission(Protocol):
-    async def settle(self, ctx: Context, usage: dict[str, Any] | None, *, failed: bool) -> None:
+    async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
         """Called exactly once: with the real usage, or `failed=True` when nothing was produced."""
         ...
 
@@ -146,12 +63,17 @@ class ProcessorRun(Protocol):
     ) -> tuple[ChatRequest, dict[str, Any]]: ...
 
     async def post(
-        self, ctx: Context, response: Chunk, again: Callable[[ChatRequest, dict[str, Any]], Awaitable[Chunk]]
-    ) -> Chunk:
+        self,
+        ctx: Context,
+        response: ChatCompletion,
+        again: Callable[[ChatRequest, dict[str, Any]], Awaitable[ChatCompletion]],
+    ) -> ChatCompletion:
         """Runs on the buffered answer; `again(request, raw)` calls the model once more (a retry)."""
         ...
 
-    def stream(self, ctx: Context, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]: ...
+    def stream(
+        self, ctx: Context, chunks: AsyncIterator[ChatCompletionChunk]
+    ) -> AsyncIterator[ChatCompletionChunk]: ...
 
     @property
     def buffered(self) -> bool:
@@ -160,7 +82,7 @@ class ProcessorRun(Protocol):
 
 
 class _Settled:
-    async def settle(self, ctx: Context, usage: dict[str, Any] | None, *, failed: bool) -> None:
+    async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
         return None
 
 
@@ -183,7 +105,7 @@ class FirstTarget:
 # ---- streams ----------------------------------------------------------------------------------------------
 
 
-def _output_chars(chunk: Chunk) -> int:
+def _output_chars(chunk: ChatCompletionChunk) -> int:
     n = 0
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") or {}
@@ -207,8 +129,8 @@ class ChatStream:
 
     def __init__(
         self,
-        first: Chunk,
-        rest: AsyncIterator[Chunk],
+        first: ChatCompletionChunk,
+        rest: AsyncIterator[ChatCompletionChunk],
         ctx: Context,
         admission: Admission,
         request: ChatRequest | None = None,
@@ -218,18 +140,20 @@ class ChatStream:
         self._admission: Admission | None = admission
         self._request = request
         self.ctx = ctx
-        self._out: AsyncIterator[Chunk] = self._pull()
+        self._out: AsyncIterator[ChatCompletionChunk] = self._pull()
 
-    def wrap(self, transform: Callable[[Context, AsyncIterator[Chunk]], AsyncIterator[Chunk]]) -> None:
+    def wrap(
+        self, transform: Callable[[Context, AsyncIterator[ChatCompletionChunk]], AsyncIterator[ChatCompletionChunk]]
+    ) -> None:
         self._out = transform(self.ctx, self._out)
 
     def __aiter__(self) -> ChatStream:
         return self
 
-    async def __anext__(self) -> Chunk:
+    async def __anext__(self) -> ChatCompletionChunk:
         return await self._out.__anext__()
 
-    async def _pull(self) -> AsyncIterator[Chunk]:
+    async def _pull(self) -> AsyncIterator[ChatCompletionChunk]:
         try:
             yield self._observe(self._first)
             async for chunk in self._rest:
@@ -244,7 +168,7 @@ class ChatStream:
             raise internal from exc
         self.ctx.timings.mark_upstream_end()
 
-    def _observe(self, chunk: Chunk) -> Chunk:
+    def _observe(self, chunk: ChatCompletionChunk) -> ChatCompletionChunk:
         if self.ctx.streamed is not None:
             self.ctx.streamed.append(chunk)
         usage = chunk.get("usage")
@@ -318,7 +242,7 @@ def failure_error(ctx: Context) -> dict[str, Any]:
     return {"type": err.type, "code": err.code, "message": failure_message(ctx)}
 
 
-async def _first_chunk(chunks: AsyncIterator[Chunk], target: Target) -> Chunk:
+async def _first_chunk(chunks: AsyncIterator[ChatCompletionChunk], target: Target) -> ChatCompletionChunk:
     """Pull the first chunk so upstream failures surface before the caller sees a byte."""
     try:
         return await chunks.__anext__()
@@ -331,12 +255,19 @@ async def _first_chunk(chunks: AsyncIterator[Chunk], target: Target) -> Chunk:
         raise
 
 
-def add_usage(total: dict[str, Any] | None, more: dict[str, Any] | None) -> dict[str, Any] | None:
+_COUNTS: tuple[Literal["prompt_tokens", "completion_tokens", "total_tokens"], ...] = (
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+)
+
+
+def add_usage(total: Usage | None, more: Usage | None) -> Usage | None:
     """Two calls' token counts added up (a processor's retry is billed with the request)."""
     if not total or not more:
         return total or more
-    out = dict(total)
-    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+    out: Usage = {**total}
+    for key in _COUNTS:
         if isinstance(more.get(key), int):
             out[key] = int(out.get(key) or 0) + more[key]
     return out
@@ -373,12 +304,12 @@ class Pipeline:
         run = self._processors(ctx, request) if self._processors else None
         if run is not None:
             request, raw = await run.pre(ctx, request, raw)
-        ctx.options["route"] = route_options(request)
+        ctx.route = route_options(request)
         resolved = self._resolve(ctx, request.model, request.provider_name, "chat")
         admission = await self.guard.admit(ctx, "chat", resolved.model, request)
         return request, raw, run, resolved, admission
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], ctx: Context) -> Chunk:
+    async def chat(self, request: ChatRequest, raw: dict[str, Any], ctx: Context) -> ChatCompletion:
         request, raw, run, resolved, admission = await self._prepare(ctx, request, raw)
         return await self._complete(ctx, request, raw, run, resolved, admission)
 
@@ -390,8 +321,8 @@ class Pipeline:
         run: ProcessorRun | None,
         resolved: Resolved,
         admission: Admission,
-    ) -> Chunk:
-        async def call(target: Target) -> Chunk:
+    ) -> ChatCompletion:
+        async def call(target: Target) -> ChatCompletion:
             ctx.timings.mark_upstream_start()
             ctx.info.queued_ms = 0.0
             response = await self.adapters[target.provider.name].chat(request, raw, target, ctx.info)
@@ -410,7 +341,7 @@ class Pipeline:
             await admission.settle(ctx, ctx.usage, failed=False)
             return response
 
-        async def again(retry: ChatRequest, retry_raw: dict[str, Any]) -> Chunk:
+        async def again(retry: ChatRequest, retry_raw: dict[str, Any]) -> ChatCompletion:
             """A processor's retry: same routing and admission; its usage adds to the request's."""
             answer = await self.router.run(
                 ctx, resolved, lambda t: self.adapters[t.provider.name].chat(retry, retry_raw, t, ctx.info)
@@ -435,7 +366,7 @@ class Pipeline:
             chunks = completion_chunks(response, carry=("processors", "inferada"))
             return ChatStream(chunks[0], aiter_chunks(chunks[1:]), ctx, _Settled())
 
-        async def call(target: Target) -> tuple[Chunk, AsyncIterator[Chunk]]:
+        async def call(target: Target) -> tuple[ChatCompletionChunk, AsyncIterator[ChatCompletionChunk]]:
             ctx.timings.mark_upstream_start()
             ctx.info.queued_ms = 0.0
             chunks = self.adapters[target.provider.name].chat_stream(request, raw, target, ctx.info)
@@ -453,11 +384,11 @@ class Pipeline:
             stream.wrap(run.stream)
         return stream
 
-    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], ctx: Context) -> dict[str, Any]:
+    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], ctx: Context) -> EmbeddingList:
         resolved = self._resolve(ctx, request.model, request.provider, "embedding")
         admission = await self.guard.admit(ctx, "embedding", resolved.model, request)
 
-        async def call(target: Target) -> dict[str, Any]:
+        async def call(target: Target) -> EmbeddingList:
             ctx.timings.mark_upstream_start()
             return await self.adapters[target.provider.name].embed(request, raw, target, ctx.info)
 

@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass
 from math import floor
 
+from inferplex import responses
+
 
 @dataclass(slots=True)
 class Timings:
@@ -53,10 +55,14 @@ class Timings:
         total, upstream, _ = self._spans()
         return _round2(total), _round2(upstream)
 
-    def as_dict(self, completion_tokens: int | None = None, *, stream: bool = False) -> dict[str, float]:
+    def as_dict(self, completion_tokens: int | None = None, *, stream: bool = False) -> responses.Timings:
         total, upstream, end = self._spans()
         gateway = total - upstream - self.queued_ms - self.processors_ms
-        out = {"total_ms": _round2(total), "upstream_ms": _round2(upstream), "gateway_ms": _round2(max(gateway, 0.0))}
+        out: responses.Timings = {
+            "total_ms": _round2(total),
+            "upstream_ms": _round2(upstream),
+            "gateway_ms": _round2(max(gateway, 0.0)),
+        }
         if stream and self.first_token:
             out["ttft_ms"] = _round2(self.ttft_ms)
         if completion_tokens and upstream > 0:

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from inferplex.context import Context
 from inferplex.dialects.oneinfer import render_error, status_for
 from inferplex.errors import GatewayError, InternalError
-from inferplex.pipeline import Context
 from tests.dialects.seed_examples import SEED_000_EXAMPLE, SEED_001_EXAMPLE
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI

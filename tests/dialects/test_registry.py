@@ -12,10 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from inferplex.context import Context
 from inferplex.dialects import registry
 from inferplex.edge import endpoint, json_response
 from inferplex.errors import GatewayError
-from inferplex.pipeline import Context
 from inferplex.plugins import PluginTable
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI

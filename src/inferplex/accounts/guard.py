@@ -29,10 +29,12 @@ from inferplex.accounts.pricing import (
 )
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import AccountsConfig, ModelConfig, Pricing
+from inferplex.context import Context
 from inferplex.errors import GatewayError, PermissionDenied, RateLimited, Unavailable
 from inferplex.limits import Hold, LimitStore, LimitsUnavailable
 from inferplex.limits.slots import FairSlots
-from inferplex.pipeline import Admission, Context, failure_error
+from inferplex.pipeline import Admission, failure_error
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Usage
 from inferplex.routing.pricing import price_for
 from inferplex.store.backend import StoreUnavailable
 from inferplex.store.ledger import Ledger
@@ -59,13 +61,12 @@ def _tokens(ctx: Context) -> Tokens:
         return tokens_of(ctx.usage)
     prompt = ctx.prompt_tokens_counted  # a cut stream's prompt, as the gateway counts it (pipeline.ChatStream)
     if prompt is None:
-        prompt = int(ctx.options.get("prompt_tokens_estimate", 0))
+        prompt = ctx.prompt_tokens_estimate
     return Tokens(prompt, estimate_output_tokens(ctx.output_chars), estimated=True)
 
 
-def _option(ctx: Context, request: Any, name: str, default: bool) -> bool:
-    if name in ctx.options:
-        return bool(ctx.options[name])
+def _option(request: Any, name: str, default: bool) -> bool:
+    """A log flag the request sent (checked by the dialect: `openai.gateway_options`), else the operator's."""
     extra = getattr(request, "model_extra", None) or {}
     value = extra.get(name, default)
     return value if isinstance(value, bool) else default
@@ -89,10 +90,10 @@ class AccountGuard:
 
     async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
         p = ctx.principal
-        if _option(ctx, request, "log_response_body", self.config.log_response_body):
+        if _option(request, "log_response_body", self.config.log_response_body):
             ctx.streamed = []  # the response is kept for the usage log (a stream's chunks collected here)
         prompt = estimate_prompt_tokens(request)
-        ctx.options["prompt_tokens_estimate"] = prompt
+        ctx.prompt_tokens_estimate = prompt
         plan = p.limits
         held: list[_Held] = []
         try:
@@ -174,7 +175,7 @@ class AccountGuard:
         p = ctx.principal
         total_ms, upstream_ms = ctx.timings.spans_ms()
         target = ctx.target
-        tags = [*p.tags, *(ctx.options.get("tags") or ())]
+        tags = list(p.tags)
         extra = getattr(request, "model_extra", None) or {}
         if isinstance(extra.get("tags"), list):
             tags += [str(x) for x in extra["tags"]]
@@ -201,7 +202,7 @@ class AccountGuard:
             "request_body": None,
             "response_body": None,
         }
-        if _option(ctx, request, "log_query_body", self.config.log_query_body):
+        if _option(request, "log_query_body", self.config.log_query_body):
             row["request_body"] = request.model_dump(mode="json", exclude_none=True)
         if ctx.streamed is not None:  # admission decided to keep the response for the log
             if ctx.response is not None:
@@ -230,7 +231,7 @@ class _Admission:
         self.held = held
         self.plan = plan
 
-    async def settle(self, ctx: Context, usage: dict[str, Any] | None, *, failed: bool) -> None:
+    async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
         tokens = Tokens() if failed else _tokens(ctx) if usage is None else tokens_of(usage)
         price = price_for(ctx.target, ctx.service_tier) if ctx.target is not None else self.model.pricing
         cost = 0 if failed else cost_micros(price, tokens)
@@ -292,10 +293,11 @@ def _released(slots: FairSlots, keys: list[str], _: object) -> None:
         slots.released(key)
 
 
-def cost_field(ctx: Context) -> dict[str, Any]:
-    """`{"cost": {"currency": "USD", "micros": N}}` for a response body, or nothing if the cost is unknown.
+def add_cost(response: ChatCompletion | ChatCompletionChunk | EmbeddingList, ctx: Context) -> None:
+    """Add `"cost": {"currency": "USD", "micros": N}` to a response body, unless the cost is unknown.
 
     Buffered responses carry the settled cost; a stream's final chunk carries the cost of its usage, which is
     exactly what settlement then books."""
     micros = ctx.cost_micros if ctx.cost_micros is not None else request_cost(ctx)
-    return {} if micros is None else {"cost": {"currency": "USD", "micros": micros}}
+    if micros is not None:
+        response["cost"] = {"currency": "USD", "micros": micros}

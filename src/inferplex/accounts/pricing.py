@@ -20,6 +20,7 @@ from pydantic import TypeAdapter
 
 from inferplex.canonical import ChatRequest, EmbeddingRequest, Message, Tool
 from inferplex.config import ModelConfig, Pricing
+from inferplex.responses import Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and value > 0 else 0
 
 
-def tokens_of(usage: dict[str, Any] | None) -> Tokens:
+def tokens_of(usage: Usage | None) -> Tokens:
     """Token counts from an OpenAI-shaped usage object (also reads Anthropic-style cache fields)."""
     if not usage:
         return Tokens()

@@ -30,10 +30,10 @@ from inferplex.admin.models import (
 )
 from inferplex.admin.openapi import openapi_document
 from inferplex.auth import credential, effective_scopes
+from inferplex.context import Context
 from inferplex.dialects.openai import render_error
 from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest, NotFound, PermissionDenied
-from inferplex.pipeline import Context
 from inferplex.store.usage import GROUPS, UsageFilter
 
 B = TypeVar("B", bound=BaseModel)

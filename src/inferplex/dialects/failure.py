@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
+from inferplex.context import Context
 from inferplex.errors import GatewayError, InternalError
-from inferplex.pipeline import Context
 
 log = logging.getLogger("inferplex")
 

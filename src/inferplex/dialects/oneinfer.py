@@ -25,7 +25,7 @@ Status codes are OneInfer's table, read as follows:
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
@@ -37,6 +37,7 @@ from starlette.routing import Route
 from inferplex.canonical import ChatRequest, most_telling, parse
 from inferplex.catalog import Catalog
 from inferplex.config import ModelConfig
+from inferplex.context import Context
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.forms import FieldKind, read_form
 from inferplex.dialects.openai import gateway_options
@@ -44,7 +45,7 @@ from inferplex.dialects.registry import Dialect
 from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, UnsupportedMediaType
 from inferplex.json_limits import JsonLimits
-from inferplex.pipeline import ChatStream, Context
+from inferplex.pipeline import ChatStream
 from inferplex.services import Services
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
@@ -184,7 +185,7 @@ def context_full(usage: dict[str, int], model: ModelConfig | None) -> bool:
     return window is not None and usage["total_tokens"] >= window
 
 
-def render_completion(response: dict[str, Any], ctx: Context) -> dict[str, Any]:
+def render_completion(response: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     """The `data` object of OneInfer's envelope from a canonical completion."""
     choice = (response.get("choices") or [{}])[0]
     usage_in = response.get("usage") or {}

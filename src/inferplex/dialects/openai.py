@@ -15,14 +15,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inferplex.accounts.guard import cost_field
+from inferplex.accounts.guard import add_cost
 from inferplex.canonical import ChatRequest, EmbeddingRequest, parse
 from inferplex.config import ModelConfig
+from inferplex.context import Context
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, NotFound
-from inferplex.pipeline import ChatStream, Context
+from inferplex.pipeline import ChatStream
+from inferplex.responses import ChatCompletionChunk, Timings
 from inferplex.services import Services
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
@@ -32,7 +34,7 @@ def render_error(err: GatewayError, ctx: Context) -> Response:
     return json_response(err.to_openai(), error_headers(err, ctx), err.status)
 
 
-def _timing_headers(ctx: Context, stream: bool, t: dict[str, float] | None = None) -> dict[str, str]:
+def _timing_headers(ctx: Context, stream: bool, t: Timings | None = None) -> dict[str, str]:
     """The response headers, with `t` (the body's timings, when already computed) as x-inferplex-* values."""
     if t is None:
         t = ctx.timings.as_dict(ctx.completion_tokens, stream=stream)
@@ -47,7 +49,7 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
     """OpenAI SSE frames from canonical chunks. The chunk with finish_reason is held until the usage chunk
     (which follows it at once) so that it can carry the final `timings`."""
     ctx = stream.ctx
-    held: dict[str, Any] | None = None
+    held: ChatCompletionChunk | None = None
     try:
         async for chunk in stream:
             if not chunk.get("choices") and chunk.get("usage") is not None:
@@ -56,7 +58,7 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
                         yield encode(orjson.dumps(held))
                         held = None
                     chunk["timings"] = ctx.timings.as_dict(ctx.completion_tokens, stream=True)
-                    chunk.update(cost_field(ctx))
+                    add_cost(chunk, ctx)
                     yield encode(orjson.dumps(chunk))
                 continue
             if not want_usage:
@@ -70,7 +72,7 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
                 yield encode(orjson.dumps(chunk))
         if held is not None:
             held["timings"] = ctx.timings.as_dict(ctx.completion_tokens, stream=True)
-            held.update(cost_field(ctx))
+            add_cost(held, ctx)
             yield encode(orjson.dumps(held))
     except Exception as exc:
         if held is not None:
@@ -135,7 +137,7 @@ async def answer_chat(services: Services, chat: ChatRequest, raw: dict[str, Any]
         return SSEResponse(render_stream(stream, chat.wants_usage), _timing_headers(ctx, stream=True))  # type: ignore[return-value]
     response = await services.pipeline.chat(chat, raw, ctx)
     timings = response["timings"] = ctx.timings.as_dict(ctx.completion_tokens)
-    response.update(cost_field(ctx))
+    add_cost(response, ctx)
     return json_response(response, _timing_headers(ctx, stream=False, t=timings))
 
 
@@ -146,7 +148,7 @@ async def embeddings(request: Request, ctx: Context) -> Response:
     req: EmbeddingRequest = parse(EmbeddingRequest, raw)
     response = await services.pipeline.embed(req, raw, ctx)
     timings = response["timings"] = ctx.timings.as_dict()
-    response.update(cost_field(ctx))
+    add_cost(response, ctx)
     return json_response(response, _timing_headers(ctx, stream=False, t=timings))
 
 

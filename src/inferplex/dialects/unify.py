@@ -10,7 +10,7 @@ dialect's own handler and renderers (`openai.answer_chat`, `openai.render_error`
   `drop_params` and `region` stay on the canonical request for the capability planner and the router;
   `tags` (a comma-separated string or a list of strings, made a list in place) and `log_query_body` /
   `log_response_body` are read from it by the usage log (checked by `openai.gateway_options`, as on /v1;
-  omitted, the operator's settings decide); `signature` goes on `ctx.options`;
+  omitted, the operator's settings decide); `signature` is checked and not used;
   `use_custom_keys: true` sends the caller's own provider key, read from the `x-provider-api-key` header,
   to that provider for this request only (`CallInfo.caller_key`): it is never stored or logged.
   A platform argument of the wrong type is a 400 naming it.
@@ -28,12 +28,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest, parse
+from inferplex.context import Context
 from inferplex.dialects.openai import DIALECT as OPENAI
 from inferplex.dialects.openai import answer_chat, endpoint_rows, gateway_options, render_error
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest
-from inferplex.pipeline import Context
 from inferplex.providers.base import CallerKey
 from inferplex.services import Services
 
@@ -66,10 +66,10 @@ def _flag(raw: dict[str, Any], name: str, default: bool) -> bool:
 
 
 def platform_options(raw: dict[str, Any]) -> dict[str, Any]:
-    """The platform arguments the stages after parsing read from `ctx.options`, after `gateway_options`
-    has checked the ones every OpenAI-shaped route shares (`tags`, the log flags, `drop_params`).
+    """The platform arguments, after `gateway_options` has checked the ones every OpenAI-shaped route
+    shares (`tags`, the log flags, `drop_params`); the usage log reads the log flags from the request.
 
-    The two log flags are put on the options only when sent: omitted, the operator's
+    The two log flags are in the options only when sent: omitted, the operator's
     `accounts.log_query_body` / `log_response_body` decide (docs/dialects.md), not Unify's default of
     true, so the bodies of a caller who said nothing are kept only where the operator keeps bodies."""
     gateway_options(raw)
@@ -106,11 +106,10 @@ async def chat_completions(request: Request, ctx: Context) -> Response:
     if "model" not in raw:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
     model, provider = split_endpoint(raw["model"])
-    ctx.options.update(platform_options(raw))
+    platform_options(raw)
     chat: ChatRequest = parse(ChatRequest, raw)
     if _flag(raw, "use_custom_keys", False):
         ctx.info.caller_key = _caller_key(request, services, model, provider)
-        ctx.options["use_custom_keys"] = True
     return await answer_chat(services, chat, raw, ctx)
 
 

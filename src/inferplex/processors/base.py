@@ -23,11 +23,11 @@ from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog
 from inferplex.errors import InvalidRequest
 from inferplex.plugins import PluginTable
-from inferplex.providers.base import Chunk
+from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
 
 # Calls the model again with another request (same routing, same admission): what a retry needs.
-Again = Callable[[ChatRequest, dict[str, Any]], Awaitable[Chunk]]
+Again = Callable[[ChatRequest, dict[str, Any]], Awaitable[ChatCompletion]]
 
 
 @dataclass(slots=True)
@@ -56,9 +56,11 @@ class Processor(Protocol):
         self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]
     ) -> tuple[ChatRequest, dict[str, Any]]: ...
 
-    async def post(self, ex: Exchange, response: Chunk, again: Again) -> Chunk: ...
+    async def post(self, ex: Exchange, response: ChatCompletion, again: Again) -> ChatCompletion: ...
 
-    def stream(self, ex: Exchange, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]: ...
+    def stream(
+        self, ex: Exchange, chunks: AsyncIterator[ChatCompletionChunk]
+    ) -> AsyncIterator[ChatCompletionChunk]: ...
 
 
 class Step:
@@ -74,10 +76,10 @@ class Step:
     async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
         return request, raw
 
-    async def post(self, ex: Exchange, response: Chunk, again: Again) -> Chunk:
+    async def post(self, ex: Exchange, response: ChatCompletion, again: Again) -> ChatCompletion:
         return response
 
-    def stream(self, ex: Exchange, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    def stream(self, ex: Exchange, chunks: AsyncIterator[ChatCompletionChunk]) -> AsyncIterator[ChatCompletionChunk]:
         return chunks
 
 

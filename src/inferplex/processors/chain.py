@@ -21,11 +21,11 @@ from inferplex.catalog import Catalog
 from inferplex.errors import InvalidRequest
 from inferplex.processors.base import Again, Env, Exchange, Processor, known_processors, load_factory
 from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY, Requested, Spec, key_specs, merge, requested
-from inferplex.providers.base import Chunk
+from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
 
 if TYPE_CHECKING:
-    from inferplex.pipeline import Context
+    from inferplex.context import Context
 
 
 def check_known(specs: list[Spec] | None, param: str) -> None:
@@ -61,7 +61,7 @@ class Chain:
             out[p.name] = {**p.metadata, **({"enforced": True} if p.name in self.enforced else {})}
         return out
 
-    def _attach(self, target: dict[str, Any]) -> None:
+    def _attach(self, target: ChatCompletion | ChatCompletionChunk) -> None:
         block = self.metadata()
         target["processors"] = block
         if self.inferada:
@@ -77,11 +77,11 @@ class Chain:
             ctx.timings.processors_ms += (time.perf_counter() - started) * 1000
         return request, raw
 
-    async def post(self, ctx: Context, response: Chunk, again: Again) -> Chunk:
+    async def post(self, ctx: Context, response: ChatCompletion, again: Again) -> ChatCompletion:
         started = time.perf_counter()
         upstream_ms = 0.0
 
-        async def timed_again(request: ChatRequest, raw: dict[str, Any]) -> Chunk:
+        async def timed_again(request: ChatRequest, raw: dict[str, Any]) -> ChatCompletion:
             # A retry's time is the model's, not the processors'.
             nonlocal upstream_ms
             t = time.perf_counter()
@@ -98,7 +98,7 @@ class Chain:
         self._attach(response)
         return response
 
-    def stream(self, ctx: Context, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    def stream(self, ctx: Context, chunks: AsyncIterator[ChatCompletionChunk]) -> AsyncIterator[ChatCompletionChunk]:
         waited = [0.0]
         out = _waiting(chunks, waited)
         for p in reversed(self.processors):
@@ -106,8 +106,8 @@ class Chain:
         return self._timed_stream(ctx, out, waited)
 
     async def _timed_stream(
-        self, ctx: Context, chunks: AsyncIterator[Chunk], waited: list[float]
-    ) -> AsyncIterator[Chunk]:
+        self, ctx: Context, chunks: AsyncIterator[ChatCompletionChunk], waited: list[float]
+    ) -> AsyncIterator[ChatCompletionChunk]:
         """The filters' own time is the time to get each chunk through them less the wait for the upstream."""
         attached = False
         it = chunks.__aiter__()
@@ -124,7 +124,9 @@ class Chain:
             yield chunk
 
 
-async def _waiting(chunks: AsyncIterator[Chunk], waited: list[float]) -> AsyncIterator[Chunk]:
+async def _waiting(
+    chunks: AsyncIterator[ChatCompletionChunk], waited: list[float]
+) -> AsyncIterator[ChatCompletionChunk]:
     it = chunks.__aiter__()
     while True:
         started = time.perf_counter()

@@ -21,7 +21,7 @@ import jsonschema  # type: ignore[import-untyped]
 from inferplex.canonical import ChatRequest, Message
 from inferplex.errors import InvalidRequest, ProcessorRejected
 from inferplex.processors.base import Again, Env, Exchange, Step, check_options
-from inferplex.providers.base import Chunk
+from inferplex.responses import ChatCompletion
 
 RETRY_PROMPT = (
     "Your previous answer was not valid: {error}. Answer again with only the JSON value, no prose and no code fence."
@@ -49,7 +49,7 @@ def problem(text: str | None, schema: dict[str, Any] | None) -> str | None:
     return None
 
 
-def _content(response: Chunk) -> str | None:
+def _content(response: ChatCompletion) -> str | None:
     choices = response.get("choices") or [{}]
     content = (choices[0].get("message") or {}).get("content")
     return content if isinstance(content, str) else None
@@ -74,7 +74,7 @@ class JsonValidate(Step):
         self.request, self.raw = request, raw
         return request, raw
 
-    async def post(self, ex: Exchange, response: Chunk, again: Again) -> Chunk:
+    async def post(self, ex: Exchange, response: ChatCompletion, again: Again) -> ChatCompletion:
         first = problem(_content(response), self.schema)
         self.metadata.update(schema=self.schema is not None, attempts=1)
         if first is None:

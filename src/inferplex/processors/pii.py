@@ -19,7 +19,7 @@ from inferplex.processors.credentials import replace_spans
 from inferplex.processors.pii_detect import ALL_KINDS, find_pii
 from inferplex.processors.placeholders import Restorer, Vault
 from inferplex.processors.text import map_answer, rewrite
-from inferplex.providers.base import Chunk
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, ChunkChoice
 
 
 class PiiRedact(Step):
@@ -48,7 +48,7 @@ class PiiRedact(Step):
             self.metadata["names"] = "cue-based heuristic (no offline NER model installed)"
         return request, raw
 
-    async def post(self, ex: Exchange, response: Chunk, again: Again) -> Chunk:
+    async def post(self, ex: Exchange, response: ChatCompletion, again: Again) -> ChatCompletion:
         if self.mode != "restore":
             return response
         restored = 0
@@ -63,14 +63,14 @@ class PiiRedact(Step):
         self.metadata["restored"] = restored
         return response
 
-    def stream(self, ex: Exchange, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    def stream(self, ex: Exchange, chunks: AsyncIterator[ChatCompletionChunk]) -> AsyncIterator[ChatCompletionChunk]:
         if self.mode != "restore":
             return chunks
         return self._restore_stream(chunks)
 
-    async def _restore_stream(self, chunks: AsyncIterator[Chunk]) -> AsyncIterator[Chunk]:
+    async def _restore_stream(self, chunks: AsyncIterator[ChatCompletionChunk]) -> AsyncIterator[ChatCompletionChunk]:
         restorers: dict[int, Restorer] = {}
-        last: Chunk | None = None
+        last: ChatCompletionChunk | None = None
         async for chunk in chunks:
             last = chunk
             for c in chunk.get("choices") or ():
@@ -88,8 +88,26 @@ class PiiRedact(Step):
         leftovers = {i: r.flush() for i, r in restorers.items() if r.pending}
         if leftovers and last is not None:
             self.metadata["restored"] = sum(r.restored for r in restorers.values())
-            choices = [{"index": i, "delta": {"content": t}, "finish_reason": None} for i, t in leftovers.items()]
-            yield {**{k: last[k] for k in ("id", "object", "created", "model") if k in last}, "choices": choices}
+            choices: list[ChunkChoice] = [
+                {"index": i, "delta": {"content": t}, "finish_reason": None} for i, t in leftovers.items()
+            ]
+            tail = _identity(last)
+            tail["choices"] = choices
+            yield tail
+
+
+def _identity(chunk: ChatCompletionChunk) -> ChatCompletionChunk:
+    """A new chunk of the same stream: the id, object, created and model of one of its chunks."""
+    out: ChatCompletionChunk = {}
+    if "id" in chunk:
+        out["id"] = chunk["id"]
+    if "object" in chunk:
+        out["object"] = chunk["object"]
+    if "created" in chunk:
+        out["created"] = chunk["created"]
+    if "model" in chunk:
+        out["model"] = chunk["model"]
+    return out
 
 
 def create(options: Mapping[str, Any], env: Env) -> PiiRedact:

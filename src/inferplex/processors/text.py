@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from inferplex.canonical import ChatRequest, Message
+from inferplex.responses import ChatCompletion
 
 ALL_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
@@ -76,10 +77,11 @@ def rewrite(
     return new_request, {**raw, "messages": new_raw_messages}
 
 
-def map_answer(response: dict[str, Any], fn: Callable[[str], str]) -> dict[str, Any]:
+def map_answer(response: ChatCompletion, fn: Callable[[str], str]) -> ChatCompletion:
     """Apply `fn` to the content of every choice of a buffered completion (in place; it is ours)."""
     for choice in response.get("choices") or ():
         message = choice.get("message") or {}
-        if isinstance(message.get("content"), str):
-            message["content"] = fn(message["content"])
+        content = message.get("content")
+        if isinstance(content, str):
+            message["content"] = fn(content)
     return response

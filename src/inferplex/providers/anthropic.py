@@ -19,9 +19,9 @@ from inferplex.canonical import ChatRequest
 from inferplex.capabilities import E, ProviderCapabilities, R, Support
 from inferplex.config import ProviderConfig, Timeouts
 from inferplex.providers import http
-from inferplex.providers.base import Chunk
 from inferplex.providers.failures import ErrorMap
 from inferplex.providers.native import NativeAdapter
+from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
 from inferplex.translate import openai_to_anthropic as tr
 
@@ -96,20 +96,20 @@ class Anthropic(NativeAdapter):
         return {**headers, "anthropic-beta": f"{configured},{wanted}" if configured else wanted}
 
     async def _post(
-        self, url: str, body: Chunk, request: ChatRequest, target: Target, timeouts: Timeouts | None
+        self, url: str, body: dict[str, Any], request: ChatRequest, target: Target, timeouts: Timeouts | None
     ) -> Any:
         headers = self._with_betas(self._headers, request)
         data, _ = await http.post_json_within(target, timeouts, self._session, url, body, headers, self.errors)
         return data
 
-    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
+    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> ChatCompletion:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=False)
         data = await self._post(self._url, body, request, target, timeouts)
         return tr.to_completion(data, target.model.name)
 
     async def _stream_once(
         self, request: ChatRequest, target: Target, timeouts: Timeouts | None
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target), stream=True)
         headers = self._with_betas(self._stream_headers, request)
         resp = await http.open_stream_within(target, timeouts, self._session, self._url, body, headers, self.errors)

@@ -22,8 +22,9 @@ import aiohttp
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.capabilities import N, ProviderCapabilities
 from inferplex.config import ConfigError, ProviderConfig
-from inferplex.providers.base import CallInfo, Chunk
+from inferplex.providers.base import CallInfo
 from inferplex.providers.openai_compat import OpenAICompatible
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
 from inferplex.targets import Target
 
 CAPABILITIES = ProviderCapabilities(
@@ -68,17 +69,17 @@ class AzureOpenAI:
             adapter = self._deployments[name] = _Deployment(self._config, self._session, url, self._version)
         return adapter
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
         return await self._for(target).chat(request, raw, target, info)
 
     def chat_stream(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         return self._for(target).chat_stream(request, raw, target, info)
 
     async def embed(
         self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> dict[str, Any]:
+    ) -> EmbeddingList:
         return await self._for(target).embed(request, raw, target, info)
 
     async def aclose(self) -> None:

@@ -18,9 +18,8 @@ from typing import Any, Protocol
 
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import Timeouts
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
 from inferplex.targets import Target
-
-Chunk = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,19 +51,19 @@ class CallInfo:
 
 
 class Adapter(Protocol):
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
         """Return a complete `chat.completion` dict (usage included)."""
         ...
 
     def chat_stream(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         """Yield `chat.completion.chunk` dicts; the last ones carry finish_reason and usage."""
         ...
 
     async def embed(
         self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> dict[str, Any]:
+    ) -> EmbeddingList:
         """Return an OpenAI embeddings `list` with usage, in the requested `encoding_format` (float or base64)."""
         ...
 

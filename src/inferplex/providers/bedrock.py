@@ -25,9 +25,9 @@ from inferplex.capabilities import D, E, ProviderCapabilities
 from inferplex.config import ConfigError, ProviderConfig, Timeouts
 from inferplex.errors import GatewayError, Unavailable
 from inferplex.providers import http
-from inferplex.providers.base import Chunk
 from inferplex.providers.failures import ErrorMap, ProviderFailure
 from inferplex.providers.native import NativeAdapter
+from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
 from inferplex.translate import openai_to_bedrock as tr
 
@@ -115,7 +115,7 @@ class Bedrock(NativeAdapter):
         SigV4Auth(self._credentials.get_frozen_credentials(), "bedrock", self.region).add_auth(request)
         return dict(request.headers.items())
 
-    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
+    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> ChatCompletion:
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target))
         url = self._url(target.upstream_model, "converse")
         headers = self._signed_headers(url, orjson.dumps(body), "application/json")
@@ -124,7 +124,7 @@ class Bedrock(NativeAdapter):
 
     async def _stream_once(
         self, request: ChatRequest, target: Target, timeouts: Timeouts | None
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         from botocore.eventstream import EventStreamBuffer  # type: ignore[import-untyped]
 
         body = tr.build_request(request, target.upstream_model, self.max_tokens(target))

@@ -18,9 +18,9 @@ from inferplex.canonical import ChatRequest
 from inferplex.capabilities import N, ProviderCapabilities, Support
 from inferplex.config import ProviderConfig, Timeouts
 from inferplex.providers import http
-from inferplex.providers.base import Chunk
 from inferplex.providers.failures import ErrorMap
 from inferplex.providers.native import NativeAdapter
+from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
 from inferplex.translate import openai_to_gemini as tr
 
@@ -77,7 +77,7 @@ class Gemini(NativeAdapter):
     def _url(self, model: str, method: str) -> str:
         return f"{self._base}/models/{quote(model, safe='')}:{method}"
 
-    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
+    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> ChatCompletion:
         body = tr.build_request(request)
         url = self._url(target.upstream_model, "generateContent")
         data, _ = await http.post_json_within(target, timeouts, self._session, url, body, self._headers, self.errors)
@@ -85,7 +85,7 @@ class Gemini(NativeAdapter):
 
     async def _stream_once(
         self, request: ChatRequest, target: Target, timeouts: Timeouts | None
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         body = tr.build_request(request)
         url = self._url(target.upstream_model, "streamGenerateContent") + "?alt=sse"
         headers = {**self._headers, "accept": "text/event-stream"}

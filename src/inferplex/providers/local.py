@@ -50,7 +50,7 @@ from inferplex import capabilities
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import Capabilities, ConfigError, ProviderConfig
 from inferplex.errors import GatewayError, InvalidRequest, Unavailable, UpstreamError
-from inferplex.providers.base import CallInfo, Chunk
+from inferplex.providers.base import CallInfo
 from inferplex.providers.local_chat import (
     CAPABILITIES,
     chunk,
@@ -63,6 +63,7 @@ from inferplex.providers.local_chat import (
 )
 from inferplex.providers.local_embed import BertEncoder, EmbedSpec, check_model_dir
 from inferplex.providers.local_llama import ChatEngine, ChatSpec, Generation, check_gguf
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, Choice, Delta, Embedding, EmbeddingList, Message
 from inferplex.targets import Target
 
 # The model flags `capabilities.plan` reads for a local target: all on, because the local runtime refuses
@@ -169,7 +170,7 @@ class LocalProvider:
         info.dropped_params = list(decided.dropped)
         return plan_chat(decided.request, target.model.max_output, target.model.context_window)
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
         engine = self._engine(target)
         plan = self._plan(request, target, info)
         future, cancel, info.queued_ms = await engine.start(plan)
@@ -185,7 +186,7 @@ class LocalProvider:
 
     async def chat_stream(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         engine = self._engine(target)
         plan = self._plan(request, target, info)
         loop = asyncio.get_running_loop()
@@ -225,7 +226,7 @@ class LocalProvider:
                 elif kind == "end":
                     i, result = event[1], event[2]
                     choice = _choice(i, result, plan.mode, plan.tool_names)
-                    body: dict[str, Any] = {}
+                    body: Delta = {}
                     if choice["message"].get("tool_calls"):
                         body["tool_calls"] = [{"index": 0, **choice["message"]["tool_calls"][0]}]
                     elif buffered.get(i):
@@ -256,7 +257,7 @@ class LocalProvider:
 
     async def embed(
         self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> dict[str, Any]:
+    ) -> EmbeddingList:
         texts = request.texts()
         if texts is None:
             raise InvalidRequest("The local embedding model accepts text input only, not token arrays.", param="input")
@@ -267,7 +268,7 @@ class LocalProvider:
             )
         vectors, tokens = await asyncio.to_thread(encoder.encode, texts)
         as_base64 = request.encoding_format == "base64"
-        data = [
+        data: list[Embedding] = [
             {
                 "object": "embedding",
                 "index": i,
@@ -295,8 +296,8 @@ def _as_gateway_error(exc: BaseException | None) -> GatewayError:
     return UpstreamError(f"The local model failed: {exc}")
 
 
-def _choice(index: int, result: Generation, mode: str, tool_names: list[str]) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": result.text, "refusal": None}
+def _choice(index: int, result: Generation, mode: str, tool_names: list[str]) -> Choice:
+    message: Message = {"role": "assistant", "content": result.text, "refusal": None}
     finish: str = result.finish
     if mode in ("tool_required", "tool_auto"):
         try:

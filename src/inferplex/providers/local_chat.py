@@ -28,6 +28,16 @@ from typing import Any, Literal
 from inferplex.canonical import ChatRequest, Message
 from inferplex.capabilities import D, N, ProviderCapabilities
 from inferplex.errors import InvalidRequest
+from inferplex.responses import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Choice,
+    ChunkChoice,
+    Delta,
+    FunctionCall,
+    ToolCall,
+    Usage,
+)
 
 Mode = Literal["text", "json", "tool_required", "tool_auto"]
 
@@ -184,7 +194,7 @@ def plan_chat(request: ChatRequest, max_output: int | None, context_limit: int |
     return plan
 
 
-def parse_tool_call(text: str, names: list[str], finished: bool) -> dict[str, Any] | None:
+def parse_tool_call(text: str, names: list[str], finished: bool) -> ToolCall | None:
     """The OpenAI `tool_calls` entry for a grammar-constrained answer, or None if the answer is prose.
 
     A call cut short by max_tokens is returned as far as it got (finish_reason says `length`), as OpenAI does.
@@ -204,7 +214,7 @@ def parse_tool_call(text: str, names: list[str], finished: bool) -> dict[str, An
             name, arguments = found.group(1), stripped[found.end() :]
     if name not in names and finished:
         raise ValueError(f"unknown tool {name!r}")
-    function = {"name": name, "arguments": arguments}
+    function: FunctionCall = {"name": name, "arguments": arguments}
     return {"id": "call_" + secrets.token_hex(12), "type": "function", "function": function}
 
 
@@ -212,7 +222,7 @@ def completion_id() -> str:
     return "chatcmpl-" + secrets.token_hex(12)
 
 
-def chunk(cid: str, created: int, model: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+def chunk(cid: str, created: int, model: str, choices: list[ChunkChoice]) -> ChatCompletionChunk:
     return {
         "id": cid,
         "object": "chat.completion.chunk",
@@ -223,15 +233,15 @@ def chunk(cid: str, created: int, model: str, choices: list[dict[str, Any]]) -> 
     }
 
 
-def delta(index: int, body: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+def delta(index: int, body: Delta, finish: str | None = None) -> ChunkChoice:
     return {"index": index, "delta": body, "logprobs": None, "finish_reason": finish}
 
 
-def usage(prompt: int, completion: int) -> dict[str, Any]:
+def usage(prompt: int, completion: int) -> Usage:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def completion(model: str, choices: list[dict[str, Any]], prompt: int, completion_tokens: int) -> dict[str, Any]:
+def completion(model: str, choices: list[Choice], prompt: int, completion_tokens: int) -> ChatCompletion:
     return {
         "id": completion_id(),
         "object": "chat.completion",

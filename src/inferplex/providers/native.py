@@ -16,8 +16,9 @@ from inferplex.capabilities import Plan, ProviderCapabilities, plan
 from inferplex.config import Timeouts
 from inferplex.emulation import run_chat, run_stream
 from inferplex.errors import InvalidRequest
-from inferplex.providers.base import CallInfo, Chunk
+from inferplex.providers.base import CallInfo
 from inferplex.providers.failures import ErrorMap, ProviderFailure
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
 from inferplex.targets import Target
 
 
@@ -46,7 +47,7 @@ class NativeAdapter:
         """The output limit sent when the caller gave none: the model's configured maximum, else 4096."""
         return target.model.max_output or self.default_max_tokens
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
         decided = self._plan(request, target, info, stream=False)
         timeouts = info.timeouts
         try:
@@ -56,7 +57,7 @@ class NativeAdapter:
 
     async def chat_stream(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         decided = self._plan(request, target, info, stream=True)
         timeouts = info.timeouts
         stream = run_stream(
@@ -70,17 +71,19 @@ class NativeAdapter:
         finally:
             await stream.aclose()
 
-    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> Chunk:
+    async def _chat_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> ChatCompletion:
         """One buffered call; `timeouts` is the attempt's (`CallInfo.timeouts`), None outside the router."""
         raise NotImplementedError
 
-    def _stream_once(self, request: ChatRequest, target: Target, timeouts: Timeouts | None) -> AsyncIterator[Chunk]:
+    def _stream_once(
+        self, request: ChatRequest, target: Target, timeouts: Timeouts | None
+    ) -> AsyncIterator[ChatCompletionChunk]:
         """One streamed call; `timeouts` as for `_chat_once`."""
         raise NotImplementedError
 
     async def embed(
         self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> dict[str, Any]:
+    ) -> EmbeddingList:
         raise InvalidRequest(
             f"Provider {target.provider.name} does not serve embeddings through this gateway.",
             param="model",

@@ -21,10 +21,11 @@ from inferplex.config import Capabilities, ConfigError, ProviderConfig
 from inferplex.emulation import run_stream
 from inferplex.errors import UpstreamError
 from inferplex.providers import http
-from inferplex.providers.base import CallInfo, Chunk
+from inferplex.providers.base import CallInfo
 from inferplex.providers.failures import OPENAI
 from inferplex.providers.openai_caps import CAPABILITIES
 from inferplex.providers.profiles import PROFILES, VendorProfile, profile_for
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
 from inferplex.targets import Target
 
 # Request fields that steer the gateway and mean nothing (or something else) to an upstream.
@@ -71,7 +72,14 @@ def build_chat_body(
     return body, sorted(dropped)
 
 
-def normalize_completion(data: Any, public_model: str) -> dict[str, Any]:
+# What an upstream's JSON decodes to, its object read as the answer it should be: declared so, an
+# `isinstance(x, dict)` check narrows it to the TypedDict with no cast (a TypedDict is a plain dict).
+_Answer = ChatCompletion | list[Any] | str | float | bool | None
+_Event = ChatCompletionChunk | list[Any] | str | float | bool | None
+_Embeddings = EmbeddingList | list[Any] | str | float | bool | None
+
+
+def normalize_completion(data: _Answer, public_model: str) -> ChatCompletion:
     """Give an upstream's completion OpenAI's exact shape: every key a strict client reads is present."""
     if not isinstance(data, dict) or not isinstance(data.get("choices"), list):
         raise UpstreamError("the provider's response has no choices")
@@ -140,13 +148,13 @@ class OpenAICompatible:
         info.dropped_params = sorted({*info.dropped_params, *decided.dropped})
         return decided, decided.request, decided.trim_raw(raw)
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
         _, request, raw = self._plan(request, raw, target, info, stream=False)
         return await self._send(request, raw, target, info)
 
     def chat_stream(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         decided, request, raw = self._plan(request, raw, target, info, stream=True)
         if decided is not None and decided.buffered_stream:
             # The model declares `streaming: false`: one buffered call, replayed as a stream.
@@ -154,7 +162,7 @@ class OpenAICompatible:
             return run_stream(decided, lambda r: self._send(r, buffered, target, info), _no_stream)
         return self._send_stream(request, raw, target, info)
 
-    async def _send(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> Chunk:
+    async def _send(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
         body, dropped = build_chat_body(raw, target.upstream_model, self.profile, stream=False)
         info.dropped_params = sorted({*info.dropped_params, *dropped})
         headers, timeouts = self._auth(self._headers, info), info.timeouts
@@ -168,7 +176,7 @@ class OpenAICompatible:
 
     async def _send_stream(
         self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> AsyncIterator[Chunk]:
+    ) -> AsyncIterator[ChatCompletionChunk]:
         body, dropped = build_chat_body(raw, target.upstream_model, self.profile, stream=True)
         info.dropped_params = sorted({*info.dropped_params, *dropped})
         headers, timeouts = self._auth(self._stream_headers, info), info.timeouts
@@ -180,8 +188,11 @@ class OpenAICompatible:
             resp = await http.open_stream(self._session, self._chat_url, body, headers, timeouts, self.errors)
         public = target.model.name
         done = False
+        chunk: _Event
         stream_id: str | None = None
-        held: list[Chunk] = []  # chunks sent before the stream's id is known (Azure's prompt-filter chunk)
+        held: list[
+            ChatCompletionChunk
+        ] = []  # chunks sent before the stream's id is known (Azure's prompt-filter chunk)
         try:
             async for _, chunk in http.json_events(resp, self.errors):
                 if chunk is http.DONE:
@@ -212,10 +223,11 @@ class OpenAICompatible:
 
     async def embed(
         self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> dict[str, Any]:
+    ) -> EmbeddingList:
         body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
         body["model"] = target.upstream_model
         url, headers = self._embed_url, self._headers
+        data: _Embeddings
         data, _ = await http.post_json_within(target, info.timeouts, self._session, url, body, headers, self.errors)
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
             raise self.errors.malformed("sent an embeddings response without data")
@@ -226,7 +238,7 @@ class OpenAICompatible:
         """The HTTP session is shared and closed by the app."""
 
 
-def _identified(held: list[Chunk], first: Chunk) -> list[Chunk]:
+def _identified(held: list[ChatCompletionChunk], first: ChatCompletionChunk) -> list[ChatCompletionChunk]:
     """Chunks that came before the first one with an id (Azure opens a stream with `"id": ""` and only the
     prompt's filter results), given that chunk's id, `object` and `created`."""
     for chunk in held:
@@ -246,7 +258,7 @@ def needs_plan(request: ChatRequest, caps: Capabilities, *, stream: bool) -> boo
     return not caps.vision and any(isinstance(m.content, list) for m in request.messages)
 
 
-async def _no_stream(request: ChatRequest) -> AsyncIterator[Chunk]:
+async def _no_stream(request: ChatRequest) -> AsyncIterator[ChatCompletionChunk]:
     raise AssertionError("a buffered stream makes no streamed call")
     yield {}  # pragma: no cover
 

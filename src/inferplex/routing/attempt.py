@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferplex.config import CooldownConfig
+from inferplex.context import Attempt
 from inferplex.errors import GatewayError, UpstreamTimeout
-from inferplex.pipeline import Attempt
-from inferplex.providers.base import Chunk
+from inferplex.responses import ChatCompletionChunk
 from inferplex.routing.cooldown import Cooldowns
 from inferplex.routing.gate import PriorityGate, RateWindow
 from inferplex.routing.retry import Verdict, classify, status_of
@@ -81,7 +81,7 @@ class WatchedStream:
 
     def __init__(
         self,
-        inner: AsyncIterator[Chunk],
+        inner: AsyncIterator[ChatCompletionChunk],
         slot: Slot,
         *,
         stall: float,
@@ -120,7 +120,7 @@ class WatchedStream:
             return
         self._timer = asyncio.get_running_loop().call_later(max(due - now, 0.0), self._watch)
 
-    async def __anext__(self) -> Chunk:
+    async def __anext__(self) -> ChatCompletionChunk:
         if self._done:
             raise StopAsyncIteration
         if self._task is None:  # the request's task consumes the whole stream: look it up once

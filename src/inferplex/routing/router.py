@@ -25,9 +25,9 @@ from typing import TypeVar, cast
 
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import Config, CooldownConfig, ModelConfig, Timeouts
+from inferplex.context import Attempt, Context
 from inferplex.deadlines import Deadline
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, RateLimited, Unavailable, UpstreamTimeout
-from inferplex.pipeline import Attempt, Context
 from inferplex.providers.http import deployment_timeouts
 from inferplex.routing.attempt import Slot, WatchedStream, stamp
 from inferplex.routing.cooldown import Cooldowns, Gate, MemoryCooldowns, RedisCooldowns
@@ -170,9 +170,7 @@ class Router:
     # ---- the run ----------------------------------------------------------------------------------------
 
     async def run(self, ctx: Context, resolved: Resolved, call: Callable[[Target], Awaitable[T]]) -> T:
-        opts = ctx.options.get("route")
-        if not isinstance(opts, RouteOptions):
-            opts = RouteOptions()
+        opts = ctx.route if ctx.route is not None else RouteOptions()
         ctx.service_tier = opts.service_tier
         policy = resolved.model.routing
         budget = min(opts.timeout or policy.deadline, policy.max_deadline)

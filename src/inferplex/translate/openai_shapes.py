@@ -9,19 +9,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from inferplex.providers.base import Chunk
+from inferplex.responses import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Choice,
+    ChunkChoice,
+    Delta,
+    Message,
+    ToolCall,
+    Usage,
+)
+
+# What a replayed answer's last chunk carries over from it: the processors' report (processors/chain.py).
+Carried = Literal["processors", "inferada"]
 
 
 def assistant_message(
     text: str,
-    calls: list[dict[str, Any]],
+    calls: list[ToolCall],
     reasoning: str = "",
     thinking_blocks: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> Message:
     """`content` is null only when the answer is tool calls alone, as OpenAI sends it."""
-    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None, "refusal": None}
+    message: Message = {"role": "assistant", "content": text if text or not calls else None, "refusal": None}
     if calls:
         message["tool_calls"] = calls
     if reasoning:
@@ -31,11 +44,11 @@ def assistant_message(
     return message
 
 
-def choice(message: dict[str, Any], finish_reason: str, index: int = 0) -> dict[str, Any]:
+def choice(message: Message, finish_reason: str, index: int = 0) -> Choice:
     return {"index": index, "message": message, "logprobs": None, "finish_reason": finish_reason}
 
 
-def completion(response_id: str, public_model: str, choices: list[dict[str, Any]], usage: dict[str, Any]) -> Chunk:
+def completion(response_id: str, public_model: str, choices: list[Choice], usage: Usage) -> ChatCompletion:
     return {
         "id": response_id,
         "object": "chat.completion",
@@ -46,7 +59,7 @@ def completion(response_id: str, public_model: str, choices: list[dict[str, Any]
     }
 
 
-def cached_usage(fresh: int, read: int, written: int, output: int) -> dict[str, Any]:
+def cached_usage(fresh: int, read: int, written: int, output: int) -> Usage:
     """Usage for providers that report cache reads and writes apart from fresh input (Anthropic, Bedrock):
     prompt_tokens counts all input; cache writes are kept apart so billing can price them."""
     prompt = fresh + read + written
@@ -59,14 +72,14 @@ def cached_usage(fresh: int, read: int, written: int, output: int) -> dict[str, 
     }
 
 
-def completion_chunks(response: Chunk, carry: tuple[str, ...] = ()) -> list[Chunk]:
+def completion_chunks(response: ChatCompletion, carry: tuple[Carried, ...] = ()) -> list[ChatCompletionChunk]:
     """A buffered `chat.completion` as the chunks a stream of it would have carried.
 
     Used wherever an answer must be streamed but was produced whole (a model declared `streaming: false`,
     a processor that needs the whole answer): one chunk with every choice's message, one with every
     finish_reason (carrying the response's `carry` keys, e.g. processor metadata), then the usage chunk.
     Content goes whole: the answer is complete, so splitting it would only add frames."""
-    head: dict[str, Any] = {
+    head: ChatCompletionChunk = {
         "id": response.get("id", "chatcmpl-replay"),
         "object": "chat.completion.chunk",
         "created": response.get("created", 0),
@@ -74,70 +87,87 @@ def completion_chunks(response: Chunk, carry: tuple[str, ...] = ()) -> list[Chun
     }
     if response.get("system_fingerprint") is not None:
         head["system_fingerprint"] = response["system_fingerprint"]
-    content: list[dict[str, Any]] = []
-    finish: list[dict[str, Any]] = []
+    content: list[ChunkChoice] = []
+    finish: list[ChunkChoice] = []
     for i, choice in enumerate(response.get("choices") or ()):
         index = choice.get("index", i)
         message = choice.get("message") or {}
-        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-        for key in ("reasoning_content", "refusal"):
-            if message.get(key):
-                delta[key] = message[key]
+        delta: Delta = {"role": "assistant", "content": message.get("content")}
+        if message.get("reasoning_content"):
+            delta["reasoning_content"] = message["reasoning_content"]
+        if message.get("refusal"):
+            delta["refusal"] = message["refusal"]
         if message.get("tool_calls"):
             delta["tool_calls"] = [{"index": n, **call} for n, call in enumerate(message["tool_calls"])]
         content.append({"index": index, "delta": delta, "logprobs": None, "finish_reason": None})
         reason = choice.get("finish_reason") or "stop"
         finish.append({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
-    last = {**head, "choices": finish}
+    last: ChatCompletionChunk = {**head, "choices": finish}
     for key in carry:
         if key in response:
             last[key] = response[key]
-    out = [{**head, "choices": content}, last]
+    out: list[ChatCompletionChunk] = [{**head, "choices": content}, last]
     if response.get("usage") is not None:
         out.append({**head, "choices": [], "usage": response["usage"]})
     return out
 
 
-def completion_from_chunks(chunks: list[Chunk]) -> Chunk:
+def completion_from_chunks(chunks: list[ChatCompletionChunk]) -> ChatCompletion:
     """The `chat.completion` a stream's chunks add up to (the inverse of `completion_chunks`): text and
     reasoning concatenated, tool calls merged by their index, the last finish_reason and usage seen.
     Used for the usage log's response body of a streamed answer."""
-    out: dict[str, Any] = {"id": "", "object": "chat.completion", "created": 0, "model": "", "choices": []}
-    by_index: dict[int, dict[str, Any]] = {}
+    out: ChatCompletion = {"id": "", "object": "chat.completion", "created": 0, "model": "", "choices": []}
+    by_index: dict[int, _Folded] = {}
     for chunk in chunks:
-        for key in ("id", "created", "model", "system_fingerprint"):
+        for key in ("id", "model", "system_fingerprint"):
             if chunk.get(key) and not out.get(key):
                 out[key] = chunk[key]
+        if chunk.get("created") and not out.get("created"):
+            out["created"] = chunk["created"]
         if chunk.get("usage") is not None:
             out["usage"] = chunk["usage"]
         for c in chunk.get("choices") or ():
-            index = c.get("index", 0)
-            state = by_index.setdefault(index, {"text": [], "reasoning": [], "calls": {}, "finish": None})
+            state = by_index.setdefault(c.get("index", 0), _Folded())
             delta = c.get("delta") or {}
             if delta.get("content"):
-                state["text"].append(delta["content"])
+                state.text.append(delta["content"] or "")
             if delta.get("reasoning_content"):
-                state["reasoning"].append(delta["reasoning_content"])
+                state.reasoning.append(delta["reasoning_content"])
             for call in delta.get("tool_calls") or ():
-                merged = state["calls"].setdefault(call.get("index", 0), {"function": {"arguments": ""}})
-                for key in ("id", "type"):
-                    if call.get(key):
-                        merged[key] = call[key]
-                function = call.get("function") or {}
-                if function.get("name"):
-                    merged["function"]["name"] = function["name"]
-                merged["function"]["arguments"] += function.get("arguments") or ""
+                state.add_call(call)
             if c.get("finish_reason"):
-                state["finish"] = c["finish_reason"]
+                state.finish = c["finish_reason"]
+    choices = out["choices"]
     for index in sorted(by_index):
         state = by_index[index]
-        calls = [state["calls"][n] for n in sorted(state["calls"])]
-        message = assistant_message("".join(state["text"]), calls, "".join(state["reasoning"]))
-        out["choices"].append(choice(message, state["finish"] or "stop", index))
+        calls = [state.calls[n] for n in sorted(state.calls)]
+        message = assistant_message("".join(state.text), calls, "".join(state.reasoning))
+        choices.append(choice(message, state.finish or "stop", index))
     return out
 
 
-async def aiter_chunks(chunks: list[Chunk]) -> AsyncIterator[Chunk]:
+@dataclass(slots=True)
+class _Folded:
+    """One choice of a stream, as `completion_from_chunks` adds its deltas up."""
+
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: dict[int, ToolCall] = field(default_factory=dict)
+    finish: str | None = None
+
+    def add_call(self, call: ToolCall) -> None:
+        merged = self.calls.setdefault(call.get("index", 0), {"function": {"arguments": ""}})
+        if call.get("id"):
+            merged["id"] = call["id"]
+        if call.get("type"):
+            merged["type"] = call["type"]
+        function = call.get("function") or {}
+        if function.get("name"):
+            merged["function"]["name"] = function["name"]
+        merged["function"]["arguments"] += function.get("arguments") or ""
+
+
+async def aiter_chunks(chunks: list[ChatCompletionChunk]) -> AsyncIterator[ChatCompletionChunk]:
     for chunk in chunks:
         yield chunk
 
@@ -152,7 +182,7 @@ class ChunkStream:
         self.id = stream_id
         self.created = int(time.time())
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None, index: int = 0) -> Chunk:
+    def _chunk(self, delta: Delta, finish: str | None = None, index: int = 0) -> ChatCompletionChunk:
         return {
             "id": self.id,
             "object": "chat.completion.chunk",
@@ -161,7 +191,7 @@ class ChunkStream:
             "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
 
-    def _usage_chunk(self, usage: dict[str, Any]) -> Chunk:
+    def _usage_chunk(self, usage: Usage) -> ChatCompletionChunk:
         """The last chunk of every stream: no choices, the usage (the dialect shows it if asked)."""
         return {
             "id": self.id,

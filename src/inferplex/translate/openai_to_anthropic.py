@@ -17,10 +17,9 @@ import orjson
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
 from inferplex.errors import InvalidRequest
 from inferplex.providers.failures import ProviderFailure
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, FunctionCall, ToolCall, Usage
 from inferplex.translate import reasoning
 from inferplex.translate.openai_shapes import ChunkStream, assistant_message, cached_usage, choice, completion
-
-Chunk = dict[str, Any]
 
 FINISH_REASONS = {
     "end_turn": "stop",
@@ -185,7 +184,9 @@ def _tool_choice(request: ChatRequest) -> dict[str, Any] | None:
     return out
 
 
-def build_request(request: ChatRequest, upstream_model: str, default_max_tokens: int, *, stream: bool) -> Chunk:
+def build_request(
+    request: ChatRequest, upstream_model: str, default_max_tokens: int, *, stream: bool
+) -> dict[str, Any]:
     """The Messages API body for a canonical request that `capabilities.plan` has already trimmed."""
     body: dict[str, Any] = {
         "model": upstream_model,
@@ -246,7 +247,7 @@ def betas(request: ChatRequest) -> str | None:
     return ",".join(str(b) for b in found) if isinstance(found, list) and found else None
 
 
-def usage(data: Any) -> dict[str, Any]:
+def usage(data: Any) -> Usage:
     """OpenAI usage from Anthropic's: prompt_tokens counts all input, cached or not; cache writes kept apart."""
     u = data if isinstance(data, dict) else {}
     return cached_usage(
@@ -257,20 +258,20 @@ def usage(data: Any) -> dict[str, Any]:
     )
 
 
-def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
+def _tool_call(block: dict[str, Any]) -> ToolCall:
     args = orjson.dumps(block.get("input") if block.get("input") is not None else {}).decode()
-    function = {"name": block.get("name", ""), "arguments": args}
+    function: FunctionCall = {"name": block.get("name", ""), "arguments": args}
     return {"id": block.get("id", ""), "type": "function", "function": function}
 
 
-def to_completion(data: Any, public_model: str) -> Chunk:
+def to_completion(data: Any, public_model: str) -> ChatCompletion:
     """A `chat.completion` from a Messages API response."""
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise ProviderFailure("api_error", "the provider's response has no content")
     texts: list[str] = []
     thinking: list[str] = []
     thinking_blocks: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
+    calls: list[ToolCall] = []
     for block in data["content"]:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
@@ -289,7 +290,7 @@ def to_completion(data: Any, public_model: str) -> Chunk:
     return completion(str(data.get("id") or "msg"), public_model, [chosen], usage(data.get("usage")))
 
 
-def _stop_sequence(choice: dict[str, Any], sequence: Any) -> None:
+def _stop_sequence(choice: Choice | ChunkChoice, sequence: Any) -> None:
     """Keep which stop sequence ended the answer (as vLLM's `stop_reason` does), for a faithful round trip."""
     if isinstance(sequence, str):
         choice["stop_reason"] = sequence
@@ -316,7 +317,7 @@ class AnthropicStream(ChunkStream):
         self.usage: dict[str, Any] = {}
         self.done = False
 
-    def feed(self, event: str, data: Any) -> list[Chunk]:
+    def feed(self, event: str, data: Any) -> list[ChatCompletionChunk]:
         """Chunks for one SSE event (`event` is the SSE event name; `data` its decoded JSON)."""
         kind = data.get("type", event) if isinstance(data, dict) else event
         if kind == "error":
@@ -343,11 +344,11 @@ class AnthropicStream(ChunkStream):
             return [self._usage_chunk(usage(self.usage))]
         return []  # ping, content_block_stop, and event types added after this was written
 
-    def _block_start(self, index: int, block: dict[str, Any]) -> list[Chunk]:
+    def _block_start(self, index: int, block: dict[str, Any]) -> list[ChatCompletionChunk]:
         kind = block.get("type")
         if kind == "tool_use":
             position = self.tool_index[index] = len(self.tool_index)
-            call = {
+            call: ToolCall = {
                 "index": position,
                 "id": block.get("id", ""),
                 "type": "function",
@@ -360,7 +361,7 @@ class AnthropicStream(ChunkStream):
             return [self._chunk({"reasoning_content": block["thinking"]})]
         return []
 
-    def _block_delta(self, index: int, delta: dict[str, Any]) -> list[Chunk]:
+    def _block_delta(self, index: int, delta: dict[str, Any]) -> list[ChatCompletionChunk]:
         kind = delta.get("type")
         if kind == "text_delta":
             return [self._chunk({"content": delta.get("text", "")})]
@@ -369,6 +370,9 @@ class AnthropicStream(ChunkStream):
         if kind == "signature_delta":
             return [self._chunk({"reasoning_signature": delta.get("signature", "")})]
         if kind == "input_json_delta" and index in self.tool_index and delta.get("partial_json"):
-            piece = {"index": self.tool_index[index], "function": {"arguments": delta.get("partial_json", "")}}
+            piece: ToolCall = {
+                "index": self.tool_index[index],
+                "function": {"arguments": delta.get("partial_json", "")},
+            }
             return [self._chunk({"tool_calls": [piece]})]
         return []  # citations_delta and unknown delta types

@@ -18,9 +18,8 @@ import orjson
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
 from inferplex.errors import InvalidRequest
 from inferplex.providers.failures import ProviderFailure
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, ToolCall, Usage
 from inferplex.translate.openai_shapes import ChunkStream, assistant_message, cached_usage, choice, completion
-
-Chunk = dict[str, Any]
 
 FINISH_REASONS = {
     "end_turn": "stop",
@@ -153,7 +152,7 @@ def _tool_choice(request: ChatRequest) -> dict[str, Any] | None:
     return {"any": {}} if choice == "required" else {"auto": {}}
 
 
-def build_request(request: ChatRequest, model_id: str, default_max_tokens: int) -> Chunk:
+def build_request(request: ChatRequest, model_id: str, default_max_tokens: int) -> dict[str, Any]:
     """The Converse body (the model id is in the URL) for a request `capabilities.plan` has trimmed."""
     body: dict[str, Any] = {"messages": build_messages(request.messages)}
     system = [b for m in request.messages if m.role in ("system", "developer") for b in _blocks(m.content)]
@@ -195,7 +194,7 @@ def build_request(request: ChatRequest, model_id: str, default_max_tokens: int) 
     return body
 
 
-def usage(data: Any) -> dict[str, Any]:
+def usage(data: Any) -> Usage:
     """OpenAI usage from Converse's: cache reads and writes are part of the input, reported apart too."""
     u = data if isinstance(data, dict) else {}
     return cached_usage(
@@ -206,11 +205,14 @@ def usage(data: Any) -> dict[str, Any]:
     )
 
 
-def to_completion(data: Any, public_model: str) -> Chunk:
+def to_completion(data: Any, public_model: str) -> ChatCompletion:
     content = ((data.get("output") or {}).get("message") or {}).get("content") if isinstance(data, dict) else None
     if not isinstance(content, list):
         raise ProviderFailure("api_error", "the provider's response has no output message")
-    texts, thinking, blocks, calls = [], [], [], []
+    texts: list[str] = []
+    thinking: list[str] = []
+    blocks: list[dict[str, Any]] = []
+    calls: list[ToolCall] = []
     for block in content:
         if not isinstance(block, dict):
             continue
@@ -245,7 +247,7 @@ class BedrockStream(ChunkStream):
         self.stopped = False
         self.done = False
 
-    def feed(self, event: str, data: Any, message_type: str = "event") -> list[Chunk]:
+    def feed(self, event: str, data: Any, message_type: str = "event") -> list[ChatCompletionChunk]:
         if message_type in ("exception", "error"):
             message = data.get("message") if isinstance(data, dict) else None
             kind = event[:1].upper() + event[1:] if event else "InternalServerException"
@@ -259,7 +261,7 @@ class BedrockStream(ChunkStream):
             if isinstance(use, dict):
                 index = int(data.get("contentBlockIndex", 0))
                 position = self.tool_index[index] = len(self.tool_index)
-                call = {
+                call: ToolCall = {
                     "index": position,
                     "id": use.get("toolUseId", ""),
                     "type": "function",
@@ -277,7 +279,7 @@ class BedrockStream(ChunkStream):
             return [self._usage_chunk(usage(data.get("usage")))]
         return []  # contentBlockStop and events added after this was written
 
-    def _delta(self, index: int, delta: dict[str, Any]) -> list[Chunk]:
+    def _delta(self, index: int, delta: dict[str, Any]) -> list[ChatCompletionChunk]:
         if isinstance(delta.get("text"), str):
             return [self._chunk({"content": delta["text"]})]
         if "toolUse" in delta and index in self.tool_index:

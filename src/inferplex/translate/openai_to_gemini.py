@@ -16,10 +16,9 @@ import orjson
 from inferplex.canonical import ChatRequest, ContentPart, Message, NamedToolChoice
 from inferplex.errors import InvalidRequest
 from inferplex.providers.failures import ProviderFailure
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, Choice, ToolCall, Usage
 from inferplex.translate import reasoning
 from inferplex.translate.openai_shapes import ChunkStream, assistant_message, choice, completion
-
-Chunk = dict[str, Any]
 
 FILTERED = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY", "LANGUAGE"}
 # The JSON-schema keywords Gemini's `responseSchema` (an OpenAPI subset) accepts.
@@ -166,7 +165,7 @@ def _tool_config(request: ChatRequest) -> dict[str, Any] | None:
     return {"functionCallingConfig": {"mode": {"auto": "AUTO", "required": "ANY", "none": "NONE"}[choice]}}
 
 
-def build_request(request: ChatRequest) -> Chunk:
+def build_request(request: ChatRequest) -> dict[str, Any]:
     """The generateContent body (the model is in the URL) for a request `capabilities.plan` has trimmed."""
     body: dict[str, Any] = {"contents": build_contents(request.messages)}
     system = [p for m in request.messages if m.role in ("system", "developer") for p in _parts(m.content)]
@@ -218,7 +217,7 @@ def build_request(request: ChatRequest) -> Chunk:
     return body
 
 
-def usage(meta: Any) -> dict[str, Any]:
+def usage(meta: Any) -> Usage:
     """OpenAI usage from usageMetadata; thinking tokens count as completion (they are billed as output)."""
     u = meta if isinstance(meta, dict) else {}
     prompt = int(u.get("promptTokenCount") or 0)
@@ -240,10 +239,10 @@ class _Calls:
         self.prefix = prefix
         self.count = 0
 
-    def call(self, fc: dict[str, Any], signature: Any = None) -> dict[str, Any]:
+    def call(self, fc: dict[str, Any], signature: Any = None) -> ToolCall:
         self.count += 1
         args = orjson.dumps(fc.get("args") or {}).decode()
-        out: dict[str, Any] = {
+        out: ToolCall = {
             "id": str(fc.get("id") or f"call_{self.prefix}_{self.count}"),
             "type": "function",
             "function": {"name": str(fc.get("name", "")), "arguments": args},
@@ -254,11 +253,11 @@ class _Calls:
         return out
 
 
-def _split(parts: Any, calls: _Calls) -> tuple[str, str, list[dict[str, Any]]]:
+def _split(parts: Any, calls: _Calls) -> tuple[str, str, list[ToolCall]]:
     """(text, thoughts, tool calls) of a candidate's parts; unknown part kinds are skipped."""
     text: list[str] = []
     thoughts: list[str] = []
-    tool_calls: list[dict[str, Any]] = []
+    tool_calls: list[ToolCall] = []
     for part in parts if isinstance(parts, list) else ():
         if not isinstance(part, dict):
             continue
@@ -273,12 +272,12 @@ def _blocked(data: dict[str, Any]) -> bool:
     return not data.get("candidates") and bool((data.get("promptFeedback") or {}).get("blockReason"))
 
 
-def to_completion(data: Any, public_model: str) -> Chunk:
+def to_completion(data: Any, public_model: str) -> ChatCompletion:
     if not isinstance(data, dict):
         raise ProviderFailure("api_error", "the provider's response is not an object")
     response_id = str(data.get("responseId") or "gemini")
     calls = _Calls(response_id[-8:])
-    choices = []
+    choices: list[Choice] = []
     for i, cand in enumerate(data.get("candidates") or ()):
         text, thoughts, tool_calls = _split((cand.get("content") or {}).get("parts"), calls)
         message = assistant_message(text, tool_calls, thoughts)
@@ -301,7 +300,7 @@ class GeminiStream(ChunkStream):
         self.usage: Any = None
         self.finished = False
 
-    def feed(self, data: Any) -> list[Chunk]:
+    def feed(self, data: Any) -> list[ChatCompletionChunk]:
         if not isinstance(data, dict):
             return []
         if "error" in data:
@@ -310,7 +309,7 @@ class GeminiStream(ChunkStream):
         self.id = str(data.get("responseId") or self.id)
         if data.get("usageMetadata"):
             self.usage = data["usageMetadata"]
-        out: list[Chunk] = []
+        out: list[ChatCompletionChunk] = []
         if not self.started:
             self.started = True
             out.append(self._chunk({"role": "assistant", "content": ""}))
@@ -332,5 +331,5 @@ class GeminiStream(ChunkStream):
                 out.append(self._chunk({}, finish_reason(cand["finishReason"], index in self.tool_index), index))
         return out
 
-    def end(self) -> Chunk:
+    def end(self) -> ChatCompletionChunk:
         return self._usage_chunk(usage(self.usage))

@@ -21,13 +21,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest, parse
+from inferplex.context import Context
 from inferplex.dialects.anthropic.translate import MessageStreamWriter, error_body, to_canonical, to_message
 from inferplex.dialects.anthropic.wire import CountTokensRequest, MessagesRequest
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest
-from inferplex.pipeline import ChatStream, Context
+from inferplex.pipeline import ChatStream
 from inferplex.providers.failures import UpstreamOverloaded
 from inferplex.services import Services
 from inferplex.streaming import SSEResponse

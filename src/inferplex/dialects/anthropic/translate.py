@@ -9,6 +9,7 @@ thinking, top_k, thinking blocks with their signatures) so an Anthropic target r
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -272,7 +273,7 @@ def _tool_input(arguments: str) -> Any:
     return value if isinstance(value, dict) else {"value": value}
 
 
-def to_message(completion: dict[str, Any], model: str) -> dict[str, Any]:
+def to_message(completion: Mapping[str, Any], model: str) -> dict[str, Any]:
     """An Anthropic `message` from a canonical `chat.completion` (its first choice)."""
     choice: dict[str, Any] = (completion.get("choices") or [{}])[0]
     message: dict[str, Any] = choice.get("message") or {}
@@ -334,7 +335,7 @@ class MessageStreamWriter:
     def _event(self, name: str, data: dict[str, Any]) -> bytes:
         return encode(orjson.dumps({"type": name, **data}), name)
 
-    def _start(self, chunk: dict[str, Any]) -> list[bytes]:
+    def _start(self, chunk: Mapping[str, Any]) -> list[bytes]:
         self.started = True
         message: dict[str, Any] = {
             "id": message_id(chunk.get("id")),
@@ -371,7 +372,7 @@ class MessageStreamWriter:
     def _delta(self, delta: dict[str, Any]) -> bytes:
         return self._event("content_block_delta", {"index": self.block, "delta": delta})
 
-    def feed(self, chunk: dict[str, Any]) -> list[bytes]:
+    def feed(self, chunk: Mapping[str, Any]) -> list[bytes]:
         out = [] if self.started else self._start(chunk)
         if chunk.get("usage"):
             self.usage = chunk["usage"]

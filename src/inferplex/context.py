@@ -1,0 +1,104 @@
+"""The `Context`: everything the gateway learns about one request while serving it.
+
+A dialect creates it (with the caller's `Principal`), and every stage after reads and writes typed fields
+on it: the pipeline the model and the routing preferences, the guard its estimate and the cost, the router
+the target and the attempts, the stream the usage and the finish reason. It is its own module because
+every layer (dialects, pipeline, router, guard, processors) uses it and none of them owns it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from inferplex.auth import MASTER, Principal
+from inferplex.config import ModelConfig
+from inferplex.errors import GatewayError
+from inferplex.providers.base import CallInfo
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Usage
+from inferplex.routing.options import RouteOptions
+from inferplex.targets import Target
+from inferplex.timings import Timings
+
+# Request ids: a random per-process prefix and a counter. Unique across replicas and restarts without a
+# getrandom() syscall per request (measured at about 1% of a request's CPU).
+_ID_PREFIX = "req_" + secrets.token_hex(6)
+_ids = itertools.count(1)
+
+
+def _new_request_id() -> str:
+    return f"{_ID_PREFIX}{next(_ids):012x}"
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One try at one deployment, as the router saw it: kept on the context for the usage log."""
+
+    deployment: str
+    model: str
+    outcome: str  # "ok", "error" (before the first byte), "failed_midstream", "cancelled" (the caller left)
+    status: int | None = None
+    error: str | None = None
+    latency_ms: float = 0.0
+
+
+@dataclass(slots=True)
+class Context:
+    """Everything the gateway learns about one request while serving it."""
+
+    request_id: str = field(default_factory=lambda: _new_request_id())
+    timings: Timings = field(default_factory=Timings.begin)
+    info: CallInfo = field(default_factory=CallInfo)
+    principal: Principal = MASTER
+    client_ip: str | None = None
+    dialect: str = "openai"
+    model: ModelConfig | None = None
+    target: Target | None = None
+    attempts: int = 0
+    attempt_log: list[Attempt] = field(default_factory=list)
+    service_tier: str = "default"  # the tier that served (routing); billing prices flex from it
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    output_chars: int = 0
+    # A stream that ends without the provider's usage (cut, or failed mid-way) is billed on the prompt as the
+    # gateway counts it (accounts/delivered.py), set here by the stream, not on the reservation's estimate.
+    prompt_tokens_counted: int | None = None
+    # The error a stream's caller received after its first byte (the upstream failed mid-way); None if none.
+    failure: GatewayError | None = None
+    cost_micros: int | None = None
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    # The usage log's response body: the buffered answer, or the chunks of a streamed one. `streamed` is
+    # None unless the request's log_response_body is on (the guard sets it to a list at admission).
+    response: ChatCompletion | EmbeddingList | None = None
+    streamed: list[ChatCompletionChunk] | None = None
+    # The request's routing preferences, read once by the pipeline (routing/options.py); None: the defaults.
+    route: RouteOptions | None = None
+    # The prompt's size as the guard estimated it at admission: a stream cut before any usage is billed on it
+    # when the gateway could not count the prompt itself (accounts/guard.py).
+    prompt_tokens_estimate: int = 0
+
+    def headers(self) -> dict[str, str]:
+        out = {"x-inferplex-request-id": self.request_id, "x-request-id": self.request_id}
+        if self.target is not None:
+            out["x-inferplex-provider"] = self.target.provider.name
+            out["x-inferplex-model"] = self.target.upstream_model
+        if self.attempts > 1:
+            out["x-inferplex-attempts"] = str(self.attempts)
+        if self.info.dropped_params:
+            # Percent-encoded: a name can be a caller's own field name, not a valid header value as it stands.
+            out["x-inferplex-dropped-params"] = ",".join(quote(p, safe="") for p in self.info.dropped_params)
+        if self.timings.queued_ms > 0:
+            out["x-inferplex-queued-ms"] = f"{self.timings.queued_ms:.2f}"
+        if self.cost_micros is not None:
+            out["x-inferplex-cost-micros"] = str(self.cost_micros)
+        out.update(self.extra_headers)
+        return out
+
+    @property
+    def completion_tokens(self) -> int | None:
+        if not self.usage:
+            return None
+        value = self.usage.get("completion_tokens")
+        return value if isinstance(value, int) else None
