@@ -2,8 +2,8 @@
 
 An adapter has four jobs (buffered chat, streamed chat, embeddings, close), like httpx's two-method
 transport and TensorZero's small provider trait. It receives the canonical request plus the resolved
-`Target` and returns OpenAI-shaped dicts; translation to and from its provider's wire format is its own
-business, done by pure functions in its module.
+`Target` and returns OpenAI-shaped dicts (typed in `responses.py`); translation to and from its provider's
+wire format is its own business, done by pure functions in its module.
 
 Streams are async generators of `chat.completion.chunk` dicts. The pipeline pulls the first item before
 it answers the caller, so an adapter must raise `GatewayError` from that first pull if the upstream
