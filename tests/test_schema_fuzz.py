@@ -35,6 +35,7 @@ from tests.accounts.conftest import _pg
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
+from tests.test_properties_http import asked_for_its_timeout
 
 # A deeper run, e.g. before a release: INFERPLEX_FUZZ_EXAMPLES=200 make test
 EXAMPLES = int(os.environ.get("INFERPLEX_FUZZ_EXAMPLES", "15"))
@@ -59,9 +60,7 @@ def no_unasked_5xx(ctx: Any, response: Any, case: Any) -> bool | None:
     """not_a_server_error, but for the 5xx a request asks for: a media route's documented 501, and the 504
     of a request that set its own `timeout` (5e-324 s is a valid one) and was answered with its expiry."""
     status = response.status_code
-    asked = (status == 501 and case.operation.path in NOT_YET) or (
-        status == 504 and isinstance(case.body, dict) and isinstance(case.body.get("timeout"), int | float)
-    )
+    asked = (status == 501 and case.operation.path in NOT_YET) or asked_for_its_timeout(case.body, response)
     assert status < 500 or asked, f"{status}: {response.text}"
     return None
 

@@ -235,9 +235,7 @@ async def post_json_within(
     errors: ErrorMap,
 ) -> tuple[Any, Mapping[str, str]]:
     """`post_json` with the attempt's `timeouts`; bounded here (`bounded`) when the router gave none."""
-    if timeouts is not None:
-        return await post_json(session, url, body, headers, timeouts, errors)
-    return await bounded(target, lambda t: post_json(session, url, body, headers, t, errors))
+    return await _within(target, timeouts, lambda t: post_json(session, url, body, headers, t, errors))
 
 
 async def open_stream_within(
@@ -250,6 +248,9 @@ async def open_stream_within(
     errors: ErrorMap,
 ) -> aiohttp.ClientResponse:
     """`open_stream` with the attempt's `timeouts`; its opening bounded here when the router gave none."""
-    if timeouts is not None:
-        return await open_stream(session, url, body, headers, timeouts, errors)
-    return await bounded(target, lambda t: open_stream(session, url, body, headers, t, errors))
+    return await _within(target, timeouts, lambda t: open_stream(session, url, body, headers, t, errors))
+
+
+async def _within(target: Target, timeouts: Timeouts | None, call: Callable[[Timeouts], Awaitable[T]]) -> T:
+    """The router's per-attempt `timeouts` when it gave them (it bounds the attempt itself), else `bounded`."""
+    return await (call(timeouts) if timeouts is not None else bounded(target, call))
