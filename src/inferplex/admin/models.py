@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from inferplex.auth import ALL_SCOPES
 from inferplex.errors import InvalidRequest
+from inferplex.processors.base import Env, known_processors
+from inferplex.processors.chain import build
+from inferplex.processors.spec import parse_list
 
 DEFAULT_SCOPES = sorted(ALL_SCOPES - {"admin"})
 INT64_MAX = 2**63 - 1  # BIGINT, the type of every integer column an admin writes
@@ -88,10 +91,6 @@ def _check_processors(value: list[Any] | None) -> list[Any] | None:
     once here with its options, as a request would build it (cheap: no model is loaded)."""
     if value is None:
         return value
-    from inferplex.processors.base import Env, known_processors
-    from inferplex.processors.chain import build
-    from inferplex.processors.spec import parse_list
-
     try:
         specs = parse_list(value, "processors")
     except InvalidRequest as err:
