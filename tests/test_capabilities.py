@@ -144,7 +144,7 @@ def test_usage_sums_nested_details() -> None:
 
 def test_the_committed_matrix_is_the_generated_one() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "inferplex.capabilities", "--markdown"],
+        [sys.executable, "-m", "inferplex.providers.matrix", "--markdown"],
         capture_output=True,
         text=True,
         check=True,

@@ -10,8 +10,8 @@ graph is built from the source with `ast`, so it sees every import, wherever it 
 - importing `a.b.c` also imports the packages `a` and `a.b` (their `__init__` runs), so it is an edge to
   each of them as well.
 
-Two imports deferred into a function close a cycle today, and are named in `DEFERRED` with the reason
-each is late-bound; a module-level import can never be excused, nor can any other deferred one.
+No import is excused: the last two that closed a cycle (the config's check of provider kinds, and the
+capability matrix listing every provider) moved to `provider_kinds` and `providers.matrix`.
 """
 
 from __future__ import annotations
@@ -22,15 +22,6 @@ from pathlib import Path
 import inferplex
 
 ROOT = Path(inferplex.__file__).parent
-
-# (importer, imported): function-level imports that close a cycle, each a late-bound lookup done once.
-DEFERRED = {
-    # A config names provider kinds; which kinds exist is the plugin registry's, whose factories take a config.
-    ("inferplex.config", "inferplex.providers.registry"),
-    # The capability matrix for docs/providers.md lists each built-in provider's declaration.
-    *(("inferplex.capabilities", f"inferplex.providers.{kind}") for kind in ("anthropic", "azure", "bedrock")),
-    *(("inferplex.capabilities", f"inferplex.providers.{kind}") for kind in ("gemini", "openai_caps")),
-}
 
 
 def module_name(path: Path) -> str:
@@ -72,13 +63,11 @@ def _nodes(tree: ast.AST, in_function: bool = False) -> list[tuple[ast.AST, bool
 
 
 def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
-    """The modules of ours that importing `name` imports, directly (less the excused `DEFERRED` ones)."""
-    top: set[str] = set()
-    deferred: set[str] = set()
+    """The modules of ours that importing `name` imports, directly."""
+    found: set[str] = set()
     tree = ast.parse(path.read_text(), str(path))
     is_package = path.name == "__init__.py"
-    for node, in_function in _nodes(tree):
-        found = deferred if in_function else top
+    for node, _ in _nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 found |= _with_parents(alias.name, known)
@@ -88,7 +77,6 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             for alias in node.names:  # `from pkg import submodule`
                 if f"{base}.{alias.name}" in known:
                     found.add(f"{base}.{alias.name}")
-    found = top | {m for m in deferred if (name, m) not in DEFERRED}
     found.discard(name)
     # A module's own packages are already being imported when it runs: not edges of its own.
     return found - _with_parents(name, known)

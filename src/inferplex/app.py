@@ -25,6 +25,7 @@ from inferplex.catalog import Catalog
 from inferplex.config import Config
 from inferplex.dialects.registry import dialects, error_payload, plain_error
 from inferplex.edge import Endpoint, json_response, self_contained
+from inferplex.families.registry import check_adapters
 from inferplex.http_server import HeadLimits
 from inferplex.pipeline import Pipeline
 from inferplex.processors.chain import gateway_factory
@@ -118,9 +119,16 @@ def create_app(config: Config, master_key: str) -> Gateway:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        accounts = app.state.accounts = await AccountServices.start(config, master_key)
         session = new_session()
         adapters = build_adapters(config, Resources(session, config))
+        try:
+            check_adapters(config, adapters)  # before anything else starts: a model no provider can serve
+            accounts = app.state.accounts = await AccountServices.start(config, master_key)
+        except BaseException:
+            for adapter in adapters.values():
+                await adapter.aclose()
+            await session.close()
+            raise
         router = build_router(config, catalog)
         app.state.services = Services(
             Pipeline(

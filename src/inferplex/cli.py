@@ -105,22 +105,31 @@ def banner(host: str, port: int, source: str, key: MasterKey, model: str) -> str
     )
 
 
-def _check(path: str) -> int:
+def _check_adapters(config: Config, source: str) -> None:
+    """Build every provider's adapter once and check it serves its models' endpoint families: a config error
+    (naming the model and provider) before the server starts, rather than an error in its lifespan."""
     from inferplex.app import Resources, build_adapters
+    from inferplex.families.registry import check_adapters
     from inferplex.providers.http import new_session
-
-    config = load_config(path)
-    check_pricing(config, path)
 
     async def build() -> None:
         session = new_session()
+        adapters = {}
         try:
-            for adapter in build_adapters(config, Resources(session, config)).values():
-                await adapter.aclose()
+            adapters = build_adapters(config, Resources(session, config))
+            check_adapters(config, adapters, source)
         finally:
+            for adapter in adapters.values():
+                await adapter.aclose()
             await session.close()
 
     asyncio.run(build())
+
+
+def _check(path: str) -> int:
+    config = load_config(path)
+    check_pricing(config, path)
+    _check_adapters(config, path)
     print(f"{path}: OK ({len(config.providers)} providers, {len(config.models)} models)")
     return 0
 
@@ -133,6 +142,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     config, source = _load(args.config)
     check_pricing(config, source)
+    _check_adapters(config, source)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     key = resolve_master_key(config, source)

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from inferplex.provider_kinds import known_kinds
+
 
 class ConfigError(Exception):
     """A configuration file that cannot be used; the message names the file, the field and the problem."""
@@ -230,8 +232,6 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _cross_references(self) -> Config:
-        from inferplex.providers.registry import known_kinds
-
         names = [p.name for p in self.providers]
         for i, name in enumerate(names):
             if name in names[:i]:

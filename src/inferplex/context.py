@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -17,7 +18,7 @@ from inferplex.auth import MASTER, Principal
 from inferplex.config import ModelConfig
 from inferplex.errors import GatewayError
 from inferplex.providers.base import CallInfo
-from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Usage
+from inferplex.responses import ChatCompletionChunk, Usage
 from inferplex.routing.options import RouteOptions
 from inferplex.targets import Target
 from inferplex.timings import Timings
@@ -71,7 +72,7 @@ class Context:
     extra_headers: dict[str, str] = field(default_factory=dict)
     # The usage log's response body: the buffered answer, or the chunks of a streamed one. `streamed` is
     # None unless the request's log_response_body is on (the guard sets it to a list at admission).
-    response: ChatCompletion | EmbeddingList | None = None
+    response: Mapping[str, object] | None = None  # a family's buffered answer
     streamed: list[ChatCompletionChunk] | None = None
     # The request's routing preferences, read once by the pipeline (routing/options.py); None: the defaults.
     route: RouteOptions | None = None

@@ -16,8 +16,8 @@ Nothing here knows about HTTP requests or any provider's wire format.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal, Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from inferplex.accounts.delivered import counted_prompt_tokens
 from inferplex.accounts.pricing import estimate_output_tokens
@@ -26,6 +26,9 @@ from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
 from inferplex.context import Context
 from inferplex.errors import GatewayError, InternalError, UpstreamError
+from inferplex.families.base import Family
+from inferplex.families.chat import CHAT
+from inferplex.families.embeddings import EMBEDDINGS
 from inferplex.providers.base import Adapter
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Usage
 from inferplex.routing.options import route_options
@@ -33,6 +36,9 @@ from inferplex.targets import Target
 from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
 
 T = TypeVar("T")
+R = TypeVar("R")
+M = TypeVar("M", bound=Mapping[str, object])  # a family's answer: a JSON object
+Iface = TypeVar("Iface")
 
 log = logging.getLogger("inferplex")
 
@@ -46,7 +52,7 @@ class Admission(Protocol):
 
 
 class Guard(Protocol):
-    async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
+    async def admit(self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: Any) -> Admission:
         """Enforce limits and reserve the worst-case cost; raise a GatewayError to refuse."""
         ...
 
@@ -89,7 +95,7 @@ class _Settled:
 class OpenGuard:
     """No limits, no billing: the single-user default."""
 
-    async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
+    async def admit(self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: Any) -> Admission:
         return _Settled()
 
 
@@ -292,11 +298,48 @@ class Pipeline:
         self.router: Router = router or FirstTarget()
         self._processors = processors
 
-    def _resolve(self, ctx: Context, model: str, provider: str | None, kind: str) -> Resolved:
-        resolved = self.catalog.resolve(model, provider, kind=kind)
+    def resolve(self, ctx: Context, model: str, provider: str | None, family: Family[Any, Any]) -> Resolved:
+        """The model and its targets, for a caller allowed to use it (a 400/403/404 in the caller's dialect)."""
+        resolved = self.catalog.resolve(model, provider, kind=family.model_type)
         ctx.principal.require_model(resolved.model.name)
         ctx.model = resolved.model
         return resolved
+
+    def adapter(self, family: Family[Any, Iface], target: Target) -> Iface:
+        """The target's adapter, as the family's interface: `families.registry.check_adapters` made sure at
+        start-up that every deployment of a model of the family's type is on a provider that implements it."""
+        return cast(Iface, self.adapters[target.provider.name])
+
+    async def run(
+        self,
+        family: Family[R, Any],
+        ctx: Context,
+        request: R,
+        model: str,
+        provider: str | None,
+        call: Callable[[Target], Awaitable[M]],
+    ) -> M:
+        """The path every family without processors or streams takes: resolve, admit, route, settle."""
+        resolved = self.resolve(ctx, model, provider, family)
+        admission = await self.guard.admit(ctx, family, resolved.model, request)
+        response = await self._routed(ctx, resolved, admission, call)
+        ctx.usage = cast("Usage | None", response.get("usage"))
+        ctx.response = response
+        await admission.settle(ctx, ctx.usage, failed=False)
+        return response
+
+    async def _routed(
+        self, ctx: Context, resolved: Resolved, admission: Admission, call: Callable[[Target], Awaitable[T]]
+    ) -> T:
+        """Route `call`; a call that fails on every target settles the admission as failed (it costs nothing).
+        On success settling is the caller's: a processor may run first."""
+        try:
+            response = await self.router.run(ctx, resolved, call)
+        except BaseException:
+            await admission.settle(ctx, None, failed=True)
+            raise
+        ctx.timings.mark_upstream_end()
+        return response
 
     async def _prepare(
         self, ctx: Context, request: ChatRequest, raw: dict[str, Any]
@@ -305,8 +348,8 @@ class Pipeline:
         if run is not None:
             request, raw = await run.pre(ctx, request, raw)
         ctx.route = route_options(request)
-        resolved = self._resolve(ctx, request.model, request.provider_name, "chat")
-        admission = await self.guard.admit(ctx, "chat", resolved.model, request)
+        resolved = self.resolve(ctx, request.model, request.provider_name, CHAT)
+        admission = await self.guard.admit(ctx, CHAT, resolved.model, request)
         return request, raw, run, resolved, admission
 
     async def chat(self, request: ChatRequest, raw: dict[str, Any], ctx: Context) -> ChatCompletion:
@@ -325,16 +368,11 @@ class Pipeline:
         async def call(target: Target) -> ChatCompletion:
             ctx.timings.mark_upstream_start()
             ctx.info.queued_ms = 0.0
-            response = await self.adapters[target.provider.name].chat(request, raw, target, ctx.info)
+            response = await self.adapter(CHAT, target).chat(request, raw, target, ctx.info)
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return response
 
-        try:
-            response = await self.router.run(ctx, resolved, call)
-        except BaseException:
-            await admission.settle(ctx, None, failed=True)
-            raise
-        ctx.timings.mark_upstream_end()
+        response = await self._routed(ctx, resolved, admission, call)
         ctx.usage = response.get("usage")
         if run is None:
             ctx.response = response
@@ -344,7 +382,7 @@ class Pipeline:
         async def again(retry: ChatRequest, retry_raw: dict[str, Any]) -> ChatCompletion:
             """A processor's retry: same routing and admission; its usage adds to the request's."""
             answer = await self.router.run(
-                ctx, resolved, lambda t: self.adapters[t.provider.name].chat(retry, retry_raw, t, ctx.info)
+                ctx, resolved, lambda t: self.adapter(CHAT, t).chat(retry, retry_raw, t, ctx.info)
             )
             ctx.timings.mark_upstream_end()
             ctx.usage = add_usage(ctx.usage, answer.get("usage"))
@@ -369,7 +407,7 @@ class Pipeline:
         async def call(target: Target) -> tuple[ChatCompletionChunk, AsyncIterator[ChatCompletionChunk]]:
             ctx.timings.mark_upstream_start()
             ctx.info.queued_ms = 0.0
-            chunks = self.adapters[target.provider.name].chat_stream(request, raw, target, ctx.info)
+            chunks = self.adapter(CHAT, target).chat_stream(request, raw, target, ctx.info)
             first = await _first_chunk(chunks, target)
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return first, chunks
@@ -385,20 +423,8 @@ class Pipeline:
         return stream
 
     async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], ctx: Context) -> EmbeddingList:
-        resolved = self._resolve(ctx, request.model, request.provider, "embedding")
-        admission = await self.guard.admit(ctx, "embedding", resolved.model, request)
-
         async def call(target: Target) -> EmbeddingList:
             ctx.timings.mark_upstream_start()
-            return await self.adapters[target.provider.name].embed(request, raw, target, ctx.info)
+            return await self.adapter(EMBEDDINGS, target).embed(request, raw, target, ctx.info)
 
-        try:
-            response = await self.router.run(ctx, resolved, call)
-        except BaseException:
-            await admission.settle(ctx, None, failed=True)
-            raise
-        ctx.timings.mark_upstream_end()
-        ctx.usage = response.get("usage")
-        ctx.response = response
-        await admission.settle(ctx, ctx.usage, failed=False)
-        return response
+        return await self.run(EMBEDDINGS, ctx, request, request.model, request.provider, call)

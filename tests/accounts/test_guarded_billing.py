@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from inferplex.accounts.pricing import estimate_prompt_tokens
 from inferplex.canonical import ChatRequest
+from inferplex.families.chat import estimate_prompt_tokens
 from tests.accounts.conftest import Admin, billing_config
 from tests.accounts.test_billing_http import assert_reconciles
 from tests.fakes.anthropic_upstream import FakeAnthropic

@@ -23,14 +23,12 @@ from inferplex.accounts.pricing import (
     Tokens,
     cost_micros,
     estimate_output_tokens,
-    estimate_prompt_tokens,
-    max_output_tokens,
     tokens_of,
 )
-from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import AccountsConfig, ModelConfig, Pricing
 from inferplex.context import Context
 from inferplex.errors import GatewayError, PermissionDenied, RateLimited, Unavailable
+from inferplex.families.base import Family
 from inferplex.limits import Hold, LimitStore, LimitsUnavailable
 from inferplex.limits.slots import FairSlots
 from inferplex.pipeline import Admission, failure_error
@@ -88,18 +86,18 @@ class AccountGuard:
         self.usage = usage
         self.config = config
 
-    async def admit(self, ctx: Context, kind: str, model: ModelConfig, request: Any) -> Admission:
+    async def admit(self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: Any) -> Admission:
         p = ctx.principal
         if _option(request, "log_response_body", self.config.log_response_body):
             ctx.streamed = []  # the response is kept for the usage log (a stream's chunks collected here)
-        prompt = estimate_prompt_tokens(request)
+        prompt = family.estimate_input(request)
         ctx.prompt_tokens_estimate = prompt
         plan = p.limits
         held: list[_Held] = []
         try:
             if plan.buckets or plan.slots:
                 await self._limits(ctx, plan, prompt, held)
-            reserved = await self._reserve(ctx, model, request, prompt)
+            reserved = await self._reserve(ctx, family, model, request, prompt) if family.billed else 0
         except GatewayError as err:
             await self._release(held)
             self._log(ctx, model, request, err.status, Tokens(), 0)
@@ -145,12 +143,13 @@ class AccountGuard:
         ctx.timings.queued_ms += waited * 1000
         held.append(_Held(key, ctx.request_id))
 
-    async def _reserve(self, ctx: Context, model: ModelConfig, request: Any, prompt: int) -> int:
+    async def _reserve(
+        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: Any, prompt: int
+    ) -> int:
         p = ctx.principal
         if p.account_id is None:
             return 0
-        request_typed: ChatRequest | EmbeddingRequest = request
-        tokens = Tokens(prompt, max_output_tokens(request_typed, model, self.config.default_max_tokens))
+        tokens = Tokens(prompt, family.max_output(request, model, self.config.default_max_tokens))
         amount = max(cost_micros(price, tokens) for price in worst_case_price(model))
         if amount <= 0:
             return 0

@@ -5,8 +5,8 @@ Prices are USD per million tokens, which is exactly micro-USD per token, so a co
 computed exactly (in integers over one denominator) and rounded UP once per request to a whole micro-USD.
 A request is never billed a fraction below what it used, and never more than one micro-USD above.
 
-The worst case reserved before a call uses an over-estimate of the prompt (JSON characters / 3) plus the
-largest output the request allows (max_tokens, else the model's max_output, else a configured default).
+The worst case reserved before a call is estimated by the request's endpoint family (`families/`), in the
+family's units.
 """
 
 from __future__ import annotations
@@ -15,11 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-from pydantic import TypeAdapter
-
-from inferplex.canonical import ChatRequest, EmbeddingRequest, Message, Tool
-from inferplex.config import ModelConfig, Pricing
+from inferplex.config import Pricing
 from inferplex.responses import Usage
 
 
@@ -77,31 +73,6 @@ def cost_micros(price: Pricing, tokens: Tokens) -> int:
     plain = tokens.prompt - cached - write
     total = plain * input_ + cached * cached_input + write * cache_write + tokens.completion * output
     return -(-total // denominator)  # rounded up
-
-
-_MESSAGES = TypeAdapter(list[Message])
-_TOOLS = TypeAdapter(list[Tool])
-
-
-def estimate_prompt_tokens(request: ChatRequest | EmbeddingRequest) -> int:
-    """A deliberate over-estimate (about one token per 3 JSON characters), so reservations cover the call.
-
-    The JSON is pydantic's own serialisation of the messages (one call into its core, half the cost of
-    dumping them to dicts and encoding those), byte for byte what `orjson.dumps` of `model_dump` gives."""
-    if isinstance(request, EmbeddingRequest):
-        size = len(orjson.dumps(request.input))
-    else:
-        size = len(_MESSAGES.dump_json(request.messages, exclude_none=True))
-        if request.tools:
-            size += len(_TOOLS.dump_json(request.tools, exclude_none=True)) + 1  # as one more list element
-    return math.ceil(size / 3) + 8
-
-
-def max_output_tokens(request: ChatRequest | EmbeddingRequest, model: ModelConfig, default: int) -> int:
-    if isinstance(request, EmbeddingRequest):
-        return 0
-    limit = request.output_limit or model.max_output or default
-    return limit * (request.n or 1)
 
 
 def estimate_output_tokens(output_chars: int) -> int:

@@ -1,25 +1,18 @@
 """The provider adapter interface: the one seam between the pipeline and every upstream.
 
-An adapter has four jobs (buffered chat, streamed chat, embeddings, close), like httpx's two-method
-transport and TensorZero's small provider trait. It receives the canonical request plus the resolved
-`Target` and returns OpenAI-shaped dicts (typed in `responses.py`); translation to and from its provider's
-wire format is its own business, done by pure functions in its module.
-
-Streams are async generators of `chat.completion.chunk` dicts. The pipeline pulls the first item before
-it answers the caller, so an adapter must raise `GatewayError` from that first pull if the upstream
-fails, and keep its connection inside the generator so that closing the generator cancels the upstream.
+An adapter implements one small interface per endpoint family it serves (`families/`: chat's `chat` and
+`chat_stream`, embeddings' `embed`, ...), like httpx's two-method transport and TensorZero's small provider
+trait, plus `aclose`. It receives the canonical request plus the resolved `Target` and returns OpenAI-shaped
+dicts (typed in `responses.py`); translation to and from its provider's wire format is its own business,
+done by pure functions in its module.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import Timeouts
-from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
-from inferplex.targets import Target
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,20 +44,9 @@ class CallInfo:
 
 
 class Adapter(Protocol):
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
-        """Return a complete `chat.completion` dict (usage included)."""
-        ...
-
-    def chat_stream(
-        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> AsyncIterator[ChatCompletionChunk]:
-        """Yield `chat.completion.chunk` dicts; the last ones carry finish_reason and usage."""
-        ...
-
-    async def embed(
-        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> EmbeddingList:
-        """Return an OpenAI embeddings `list` with usage, in the requested `encoding_format` (float or base64)."""
-        ...
+    """What every adapter has. What it serves is the endpoint families' business: an adapter implements the
+    optional interface of each family it supports (`families.chat.ChatAdapter`, `families.embeddings.
+    EmbeddingAdapter`, `families.token_count.TokenCounter`, ...), and `families.registry.check_adapters`
+    checks at start-up that every model's providers implement what its type needs."""
 
     async def aclose(self) -> None: ...

@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from inferplex.canonical import ChatRequest, EmbeddingRequest
+from inferplex.canonical import ChatRequest
 from inferplex.capabilities import Plan, ProviderCapabilities, plan
 from inferplex.config import Timeouts
 from inferplex.emulation import run_chat, run_stream
-from inferplex.errors import InvalidRequest
 from inferplex.providers.base import CallInfo
 from inferplex.providers.failures import ErrorMap, ProviderFailure
-from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
+from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
 
 
@@ -80,15 +79,6 @@ class NativeAdapter:
     ) -> AsyncIterator[ChatCompletionChunk]:
         """One streamed call; `timeouts` as for `_chat_once`."""
         raise NotImplementedError
-
-    async def embed(
-        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> EmbeddingList:
-        raise InvalidRequest(
-            f"Provider {target.provider.name} does not serve embeddings through this gateway.",
-            param="model",
-            code="model_not_supported",
-        )
 
     async def aclose(self) -> None:
         """The HTTP session is shared and closed by the app."""

@@ -28,6 +28,7 @@ from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest
+from inferplex.families.token_count import TOKEN_COUNT
 from inferplex.pipeline import ChatStream
 from inferplex.providers.failures import UpstreamOverloaded
 from inferplex.services import Services
@@ -142,12 +143,10 @@ async def count_tokens(request: Request, ctx: Context) -> Response:
     if not wire.messages:
         raise InvalidRequest("messages: at least one message is required", param="messages")
     full, _, chat = _canonical(wire, request)
-    resolved = services.pipeline.catalog.resolve(chat.model, chat.provider_name)
-    ctx.principal.require_model(resolved.model.name)
+    resolved = services.pipeline.resolve(ctx, chat.model, chat.provider_name, TOKEN_COUNT)
     target = ctx.target = resolved.targets[0]
-    adapter = services.pipeline.adapters[target.provider.name]
-    counter = getattr(adapter, "count_tokens", None)
-    count = await counter(chat, target) if counter is not None else estimate_input_tokens(full)
+    counter = TOKEN_COUNT.implemented_by(services.pipeline.adapters[target.provider.name])
+    count = await counter.count_tokens(chat, target) if counter is not None else estimate_input_tokens(full)
     return json_response({"input_tokens": count}, _headers(ctx))
 
 

@@ -1,0 +1,62 @@
+"""What an endpoint family is: the one declaration the pipeline, the guard and the start-up check read.
+
+A family is data, not a class to subclass (Envoy AI Gateway's endpoint specs, TensorZero's function kinds):
+the generic path in `pipeline.py` takes one and needs no branch per family, and a new family is a new module
+with one of these in it, plus its dialect routes and the adapters that implement its interface.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from inferplex.config import ModelConfig
+
+Req = TypeVar("Req")
+Iface = TypeVar("Iface")
+
+
+class Unit(enum.Enum):
+    """What a family's prices count. Token families bill input and output tokens (`accounts/pricing.py`); the
+    media families bill images, seconds of audio or video, or characters of speech."""
+
+    TOKENS = "tokens"
+    IMAGES = "images"
+    SECONDS = "seconds"
+    CHARACTERS = "characters"
+
+
+@dataclass(frozen=True, slots=True)
+class Family(Generic[Req, Iface]):
+    """One endpoint family.
+
+    `interface` is a `runtime_checkable` Protocol: an adapter serves the family exactly when it implements
+    it, which `supported_by` checks once at start-up (never a `getattr` per request, nor a method that
+    raises "not supported"). `required` says whether a model of `model_type` needs it: a chat model must be
+    on a provider that chats; token counting is optional, and the gateway estimates where a provider cannot
+    count. `estimate_input` and `max_output` give the worst case the guard reserves and rate-limits with,
+    in `unit`s, before the call; `billed` is False for a family that never costs anything (token counting).
+    """
+
+    name: str
+    model_type: str
+    interface: Any  # a runtime_checkable Protocol class (mypy takes no Protocol as a `type[...]` value)
+    unit: Unit
+    estimate_input: Callable[[Req], int]
+    max_output: Callable[[Req, ModelConfig, int], int]
+    required: bool = True
+    billed: bool = True
+
+    def supported_by(self, adapter: Any) -> bool:
+        return isinstance(adapter, self.interface)
+
+    def implemented_by(self, adapter: Any) -> Iface | None:
+        """The adapter as this family's interface, or None: for an optional family, chosen per target."""
+        return adapter if isinstance(adapter, self.interface) else None
+
+
+def no_output(request: Any, model: ModelConfig, default: int) -> int:
+    """`max_output` of a family whose answer is not metered (an embedding, a token count)."""
+    return 0
