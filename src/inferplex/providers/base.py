@@ -1,8 +1,9 @@
 """The provider adapter interface: the one seam between the pipeline and every upstream.
 
 An adapter has four jobs (buffered chat, streamed chat, embeddings, close), like httpx's two-method
-transport and TensorZero's small provider trait. It receives the canonical request plus the resolved
-`Target` and returns OpenAI-shaped dicts (typed in `responses.py`); translation to and from its provider's
+transport and TensorZero's small provider trait. It receives the request (`GatewayRequest`: an adapter that
+translates reads its `body`; one that forwards OpenAI's JSON sends its `wire()`) plus the resolved `Target`
+and returns OpenAI-shaped dicts (typed in `responses.py`); translation to and from its provider's
 wire format is its own business, done by pure functions in its module.
 
 Streams are async generators of `chat.completion.chunk` dicts. The pipeline pulls the first item before
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import Timeouts
+from inferplex.gateway_request import GatewayRequest
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
 from inferplex.targets import Target
 
@@ -51,19 +53,17 @@ class CallInfo:
 
 
 class Adapter(Protocol):
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
+    async def chat(self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo) -> ChatCompletion:
         """Return a complete `chat.completion` dict (usage included)."""
         ...
 
     def chat_stream(
-        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+        self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo
     ) -> AsyncIterator[ChatCompletionChunk]:
         """Yield `chat.completion.chunk` dicts; the last ones carry finish_reason and usage."""
         ...
 
-    async def embed(
-        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> EmbeddingList:
+    async def embed(self, request: GatewayRequest[EmbeddingRequest], target: Target, info: CallInfo) -> EmbeddingList:
         """Return an OpenAI embeddings `list` with usage, in the requested `encoding_format` (float or base64)."""
         ...
 
