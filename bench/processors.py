@@ -35,6 +35,7 @@ from typing import Any
 from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog
 from inferplex.config import parse_config
+from inferplex.gateway_request import parse_request
 from inferplex.processors import embedding
 from inferplex.processors.base import Env, Exchange, load_factory
 from inferplex.processors.injection import InjectionGuard, _corpus_vectors
@@ -141,7 +142,7 @@ async def _latency() -> None:
         ("json_validate", {}),
     ]
     raw = {"model": "m0", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]}
-    request = ChatRequest.model_validate(raw)
+    request = parse_request(ChatRequest, raw)
     answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": '{"reply": "Dear customer"}'}}]}
 
     async def never(*_: Any) -> Any:
@@ -159,7 +160,7 @@ async def _latency() -> None:
         for i in range(51):
             processor = load_factory(name)(options, env)
             started = time.perf_counter()
-            await processor.pre(Exchange(), request, raw)
+            await processor.pre(Exchange(), request)
             await processor.post(Exchange(), json.loads(json.dumps(answer)), never)
             ms = (time.perf_counter() - started) * 1000
             if i == 0:

@@ -15,6 +15,7 @@ from inferplex.capabilities import D, E, N, ProviderCapabilities, R
 from inferplex.config import Capabilities
 from inferplex.emulation import add_usage, json_tool_chunk, json_tool_completion
 from inferplex.errors import InvalidRequest
+from inferplex.gateway_request import parse_request
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
@@ -34,7 +35,7 @@ def decide(
 ) -> caps.Plan:
     request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **request}
     return caps.plan(
-        ChatRequest.model_validate(request),
+        parse_request(ChatRequest, request),
         provider,
         Capabilities(**{"vision": True, **model}),
         provider_name="p",

@@ -26,8 +26,8 @@ from inferplex.config import parse_config
 from inferplex.dialects import registry
 from inferplex.dialects.oneinfer import FORM_FIELDS
 from inferplex.dialects.seed_wire import OPTION_FIELDS
+from inferplex.gateway_request import GATEWAY_KEYS
 from inferplex.openapi.spec import HEAD_ERRORS, REF
-from inferplex.providers.openai_compat import GATEWAY_FIELDS
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -82,9 +82,8 @@ def test_schemas_are_the_routes_own_models() -> None:
     published = schemas["GatewayChatRequest"]["properties"]
     assert {k: published[k] for k in chat} == chat  # the canonical fields, exactly as ChatRequest has them
     assert schemas["KeyCreate"]["properties"].keys() == KeyCreate.model_json_schema()["properties"].keys()
-    # the gateway's own options are exactly what it strips before the upstream, beside the routing fields
-    assert OPTION_FIELDS <= GATEWAY_FIELDS and OPTION_FIELDS <= published.keys()
-    assert GATEWAY_FIELDS <= published.keys() | {"provider"}
+    # the gateway's own options are exactly the keys the dialects take out before the upstream
+    assert OPTION_FIELDS == GATEWAY_KEYS and OPTION_FIELDS <= published.keys()
     assert schemas["UnifyChatRequest"]["properties"]["model"]["pattern"] == "^.+@.+$"
     form = openapi_document()["paths"]["/v1/ula/chat/completions"]["post"]["requestBody"]["content"]
     assert set(FORM_FIELDS) <= form["multipart/form-data"]["schema"]["properties"].keys()

@@ -20,6 +20,7 @@ from inferplex.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from inferplex.gateway_request import GatewayRequest, parse_request
 from inferplex.providers.failures import UpstreamOverloaded
 from inferplex.routing.cooldown import Breaker, Gate
 from inferplex.routing.options import ProviderPrefs, route_options
@@ -143,8 +144,8 @@ def test_breaker_failed_probe_reopens_and_old_failures_expire() -> None:
     assert not b.failure(31, POLICY)  # the one at 20 left the 10 s window
 
 
-def _req(**extra: Any) -> ChatRequest:
-    return ChatRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra})
+def _req(**extra: Any) -> GatewayRequest[ChatRequest]:
+    return parse_request(ChatRequest, {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra})
 
 
 def test_route_options_read_every_routing_field() -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from inferplex.canonical import ChatRequest
+from inferplex.gateway_request import parse_request
 from inferplex.providers.openai_compat import build_chat_body, normalize_completion
 from inferplex.providers.profiles import PROFILES
 from inferplex.sse import SSEDecoder
@@ -51,6 +55,11 @@ RAW = {
 }
 
 
+def _wire(raw: dict[str, Any]) -> dict[str, Any]:
+    """What the OpenAI dialect forwards of a caller's JSON: its own keys (`provider`) taken out."""
+    return parse_request(ChatRequest, dict(raw)).wire()
+
+
 @pytest.mark.parametrize(
     "profile,stream,expect_keys,absent,dropped",
     [
@@ -64,7 +73,7 @@ RAW = {
 def test_vendor_profiles_rename_and_drop(
     profile: str, stream: bool, expect_keys: dict[str, object], absent: set[str], dropped: list[str]
 ) -> None:
-    body, was_dropped = build_chat_body(RAW, "upstream-id", PROFILES[profile], stream=stream)
+    body, was_dropped = build_chat_body(_wire(RAW), "upstream-id", PROFILES[profile], stream=stream)
     assert body["model"] == "upstream-id"
     for key, value in expect_keys.items():
         assert body[key] == value
@@ -75,7 +84,7 @@ def test_vendor_profiles_rename_and_drop(
 
 def test_stream_options_of_the_caller_are_kept_and_usage_forced() -> None:
     raw = {**RAW, "stream": True, "stream_options": {"include_usage": False, "include_obfuscation": False}}
-    body, _ = build_chat_body(raw, "m", PROFILES["openai"], stream=True)
+    body, _ = build_chat_body(_wire(raw), "m", PROFILES["openai"], stream=True)
     assert body["stream_options"] == {"include_usage": True, "include_obfuscation": False}
 
 

@@ -3,7 +3,9 @@
 OpenAI's Chat Completions shape is the lingua franca every client and most providers already speak, so the
 canonical request uses its field names; other dialects (Anthropic Messages, the seeds) convert into it and
 native providers convert out of it. Validation here is what turns bad input into a 400 naming the field.
-Unknown top-level fields are kept (`extra="allow"`) so they pass through to OpenAI-compatible upstreams.
+Unknown top-level fields are kept (`extra="allow"`) so they pass through to OpenAI-compatible upstreams. The
+gateway's own options (routing, processors, logging) are not fields here: the dialect takes them out first
+(`gateway_request.parse_request`).
 
 Responses stay plain dicts in OpenAI's exact shape (`chat.completion`, `chat.completion.chunk`): they are
 built by adapters and serialised once, and a dict costs nothing to pass along.
@@ -133,8 +135,6 @@ class StreamOptions(_Open):
 class ChatRequest(_Open):
     model: str = Field(min_length=1)
     messages: list[Message] = Field(min_length=1)
-    # A provider name (OneInfer) or OpenRouter's preferences object; read by `routing.options`.
-    provider: str | dict[str, Any] | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     max_tokens: int | None = Field(None, ge=1, le=MAX_COUNT)
@@ -156,11 +156,6 @@ class ChatRequest(_Open):
     user: str | None = None
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
-    # Gateway-only routing fields (docs/routing.md), never forwarded upstream.
-    models: list[str] | None = None
-    endpoint_id: str | None = None
-    region: str | None = None
-    timeout: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _consistency(self) -> ChatRequest:
@@ -171,10 +166,6 @@ class ChatRequest(_Open):
         if self.stream_options is not None and not self.stream:
             raise _field_error("stream_options", "stream_options is only allowed when stream is true")
         return self
-
-    @property
-    def provider_name(self) -> str | None:
-        return self.provider if isinstance(self.provider, str) else None
 
     @property
     def output_limit(self) -> int | None:
@@ -197,7 +188,6 @@ class EmbeddingRequest(_Open):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: int | None = Field(None, ge=1, le=MAX_COUNT)
     user: str | None = None
-    provider: str | None = None
 
     @model_validator(mode="after")
     def _non_empty(self) -> EmbeddingRequest:

@@ -22,6 +22,7 @@ from typing import Any
 from inferplex.canonical import ChatRequest, ContentPart, Message, ResponseFormat
 from inferplex.config import Capabilities as ModelCapabilities
 from inferplex.errors import InvalidRequest
+from inferplex.gateway_request import GatewayRequest
 
 
 class Support(enum.Enum):
@@ -89,7 +90,7 @@ ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": T
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What to send and how to run it. `request` is the caller's request with dropped fields removed."""
+    """What to send and how to run it. `request` is the caller's request body with dropped fields cleared."""
 
     request: ChatRequest
     dropped: tuple[str, ...] = ()
@@ -98,21 +99,9 @@ class Plan:
     buffered_stream: bool = False
     cleared: tuple[str, ...] = ()  # request fields removed or rewritten
 
-    def trim_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """The caller's raw JSON with the same removals, for adapters that forward raw JSON (Azure)."""
-        out = {k: v for k, v in raw.items() if k not in self.cleared or k == "messages"}
-        dropped_parts: set[str] = {p for p in ("image_url", "input_audio") if p in self.dropped}
-        if dropped_parts and isinstance(out.get("messages"), list):
-            out["messages"] = [_raw_without(m, dropped_parts) for m in out["messages"]]
-        return out
-
-
-def _raw_without(message: Any, part_types: set[str]) -> Any:
-    content = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(content, list):
-        return message
-    kept = [p for p in content if not (isinstance(p, dict) and p.get("type") in part_types)]
-    return {**message, "content": kept or [{"type": "text", "text": ""}]}
+    def apply(self, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
+        """`request` with this plan's body: itself when nothing was cleared, so its wire stays the caller's."""
+        return request if self.request is request.body else request.replace(self.request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,16 +113,9 @@ class JsonTool:
     description: str | None = None
 
 
-def drop_params(request: ChatRequest) -> bool:
-    value = (request.model_extra or {}).get("drop_params", True)
-    if not isinstance(value, bool):
-        raise InvalidRequest("Invalid value for 'drop_params': must be a boolean.", param="drop_params")
-    return value
-
-
 class _Decider:
-    def __init__(self, request: ChatRequest, provider_name: str, model_name: str) -> None:
-        self.allow_drop = drop_params(request)
+    def __init__(self, allow_drop: bool, provider_name: str, model_name: str) -> None:
+        self.allow_drop = allow_drop
         self.where = f"provider {provider_name} (model {model_name})"
         self.dropped: list[str] = []
         self.updates: dict[str, Any] = {}
@@ -175,7 +157,7 @@ def _without_parts(messages: list[Message], part_type: str) -> list[Message]:
 
 
 def plan(
-    request: ChatRequest,
+    gateway_request: GatewayRequest[ChatRequest],
     provider: ProviderCapabilities,
     model: ModelCapabilities,
     *,
@@ -188,8 +170,9 @@ def plan(
 
     `unsupported` names request fields the target rejects whatever their value (a vendor profile's): each
     one present is dropped and named, or refused with `drop_params: false` unless its value asks for
-    nothing (`store: false`), which is dropped either way."""
-    d = _Decider(request, provider_name, model_name)
+    nothing (`store: false`), which is dropped either way. `drop_params` is the request's option."""
+    request = gateway_request.body
+    d = _Decider(gateway_request.options.drop_params, provider_name, model_name)
     set_fields = request.model_fields_set
     if unsupported:
         _drop_unsupported(request, unsupported, d)

@@ -1,7 +1,8 @@
 """The pipeline: the middle of every request, whatever dialect it arrived in.
 
-A dialect parses its wire format into the canonical request and hands it here. The pipeline then runs the
-same stages for everyone, each behind a small interface so it can be developed and replaced on its own:
+A dialect parses its wire format into a `GatewayRequest` (the canonical request and the gateway's options)
+and hands it here. The pipeline then runs the same stages for everyone, each behind a small interface so it
+can be developed and replaced on its own:
 
 1. processors, pre-request (`ProcessorRun.pre`): may rewrite the request (redaction, routing policy);
 2. resolve the model in the catalog, and check the caller may use it;
@@ -29,6 +30,7 @@ from inferplex.errors import GatewayError, InternalError, UpstreamError
 from inferplex.families.base import Family
 from inferplex.families.chat import CHAT
 from inferplex.families.embeddings import EMBEDDINGS
+from inferplex.gateway_request import GatewayRequest
 from inferplex.providers.base import Adapter
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Usage
 from inferplex.routing.options import route_options
@@ -36,7 +38,6 @@ from inferplex.targets import Target
 from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
 
 T = TypeVar("T")
-R = TypeVar("R")
 M = TypeVar("M", bound=Mapping[str, object])  # a family's answer: a JSON object
 Iface = TypeVar("Iface")
 
@@ -52,7 +53,9 @@ class Admission(Protocol):
 
 
 class Guard(Protocol):
-    async def admit(self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: Any) -> Admission:
+    async def admit(
+        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: GatewayRequest[Any]
+    ) -> Admission:
         """Enforce limits and reserve the worst-case cost; raise a GatewayError to refuse."""
         ...
 
@@ -64,17 +67,15 @@ class Router(Protocol):
 
 
 class ProcessorRun(Protocol):
-    async def pre(
-        self, ctx: Context, request: ChatRequest, raw: dict[str, Any]
-    ) -> tuple[ChatRequest, dict[str, Any]]: ...
+    async def pre(self, ctx: Context, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]: ...
 
     async def post(
         self,
         ctx: Context,
         response: ChatCompletion,
-        again: Callable[[ChatRequest, dict[str, Any]], Awaitable[ChatCompletion]],
+        again: Callable[[GatewayRequest[ChatRequest]], Awaitable[ChatCompletion]],
     ) -> ChatCompletion:
-        """Runs on the buffered answer; `again(request, raw)` calls the model once more (a retry)."""
+        """Runs on the buffered answer; `again(request)` calls the model once more (a retry)."""
         ...
 
     def stream(
@@ -95,7 +96,9 @@ class _Settled:
 class OpenGuard:
     """No limits, no billing: the single-user default."""
 
-    async def admit(self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: Any) -> Admission:
+    async def admit(
+        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: GatewayRequest[Any]
+    ) -> Admission:
         return _Settled()
 
 
@@ -290,7 +293,7 @@ class Pipeline:
         *,
         guard: Guard | None = None,
         router: Router | None = None,
-        processors: Callable[[Context, ChatRequest], ProcessorRun | None] | None = None,
+        processors: Callable[[Context, GatewayRequest[ChatRequest]], ProcessorRun | None] | None = None,
     ) -> None:
         self.catalog = catalog
         self.adapters = adapters
@@ -312,9 +315,9 @@ class Pipeline:
 
     async def run(
         self,
-        family: Family[R, Any],
+        family: Family[Any, Any],
         ctx: Context,
-        request: R,
+        request: GatewayRequest[Any],
         model: str,
         provider: str | None,
         call: Callable[[Target], Awaitable[M]],
@@ -342,25 +345,24 @@ class Pipeline:
         return response
 
     async def _prepare(
-        self, ctx: Context, request: ChatRequest, raw: dict[str, Any]
-    ) -> tuple[ChatRequest, dict[str, Any], ProcessorRun | None, Resolved, Admission]:
+        self, ctx: Context, request: GatewayRequest[ChatRequest]
+    ) -> tuple[GatewayRequest[ChatRequest], ProcessorRun | None, Resolved, Admission]:
         run = self._processors(ctx, request) if self._processors else None
         if run is not None:
-            request, raw = await run.pre(ctx, request, raw)
+            request = await run.pre(ctx, request)
         ctx.route = route_options(request)
-        resolved = self.resolve(ctx, request.model, request.provider_name, CHAT)
+        resolved = self.resolve(ctx, request.body.model, request.options.provider_name, CHAT)
         admission = await self.guard.admit(ctx, CHAT, resolved.model, request)
-        return request, raw, run, resolved, admission
+        return request, run, resolved, admission
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], ctx: Context) -> ChatCompletion:
-        request, raw, run, resolved, admission = await self._prepare(ctx, request, raw)
-        return await self._complete(ctx, request, raw, run, resolved, admission)
+    async def chat(self, request: GatewayRequest[ChatRequest], ctx: Context) -> ChatCompletion:
+        request, run, resolved, admission = await self._prepare(ctx, request)
+        return await self._complete(ctx, request, run, resolved, admission)
 
     async def _complete(
         self,
         ctx: Context,
-        request: ChatRequest,
-        raw: dict[str, Any],
+        request: GatewayRequest[ChatRequest],
         run: ProcessorRun | None,
         resolved: Resolved,
         admission: Admission,
@@ -368,7 +370,7 @@ class Pipeline:
         async def call(target: Target) -> ChatCompletion:
             ctx.timings.mark_upstream_start()
             ctx.info.queued_ms = 0.0
-            response = await self.adapter(CHAT, target).chat(request, raw, target, ctx.info)
+            response = await self.adapter(CHAT, target).chat(request, target, ctx.info)
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return response
 
@@ -379,11 +381,9 @@ class Pipeline:
             await admission.settle(ctx, ctx.usage, failed=False)
             return response
 
-        async def again(retry: ChatRequest, retry_raw: dict[str, Any]) -> ChatCompletion:
+        async def again(retry: GatewayRequest[ChatRequest]) -> ChatCompletion:
             """A processor's retry: same routing and admission; its usage adds to the request's."""
-            answer = await self.router.run(
-                ctx, resolved, lambda t: self.adapter(CHAT, t).chat(retry, retry_raw, t, ctx.info)
-            )
+            answer = await self.router.run(ctx, resolved, lambda t: self.adapter(CHAT, t).chat(retry, t, ctx.info))
             ctx.timings.mark_upstream_end()
             ctx.usage = add_usage(ctx.usage, answer.get("usage"))
             return answer
@@ -394,20 +394,19 @@ class Pipeline:
         finally:
             await admission.settle(ctx, ctx.usage, failed=False)
 
-    async def chat_stream(self, request: ChatRequest, raw: dict[str, Any], ctx: Context) -> ChatStream:
-        request, raw, run, resolved, admission = await self._prepare(ctx, request, raw)
+    async def chat_stream(self, request: GatewayRequest[ChatRequest], ctx: Context) -> ChatStream:
+        request, run, resolved, admission = await self._prepare(ctx, request)
         if run is not None and run.buffered:
             # A processor needs the whole answer: call buffered, then replay the result as a stream.
-            request = request.model_copy(update={"stream": False, "stream_options": None})
-            raw = {k: v for k, v in raw.items() if k not in ("stream", "stream_options")}
-            response = await self._complete(ctx, request, raw, run, resolved, admission)
+            request = request.replace(request.body.model_copy(update={"stream": None, "stream_options": None}))
+            response = await self._complete(ctx, request, run, resolved, admission)
             chunks = completion_chunks(response, carry=("processors", "inferada"))
             return ChatStream(chunks[0], aiter_chunks(chunks[1:]), ctx, _Settled())
 
         async def call(target: Target) -> tuple[ChatCompletionChunk, AsyncIterator[ChatCompletionChunk]]:
             ctx.timings.mark_upstream_start()
             ctx.info.queued_ms = 0.0
-            chunks = self.adapter(CHAT, target).chat_stream(request, raw, target, ctx.info)
+            chunks = self.adapter(CHAT, target).chat_stream(request, target, ctx.info)
             first = await _first_chunk(chunks, target)
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return first, chunks
@@ -417,14 +416,14 @@ class Pipeline:
         except BaseException:
             await admission.settle(ctx, None, failed=True)
             raise
-        stream = ChatStream(first, rest, ctx, admission, request)
+        stream = ChatStream(first, rest, ctx, admission, request.body)
         if run is not None:
             stream.wrap(run.stream)
         return stream
 
-    async def embed(self, request: EmbeddingRequest, raw: dict[str, Any], ctx: Context) -> EmbeddingList:
+    async def embed(self, request: GatewayRequest[EmbeddingRequest], ctx: Context) -> EmbeddingList:
         async def call(target: Target) -> EmbeddingList:
             ctx.timings.mark_upstream_start()
-            return await self.adapter(EMBEDDINGS, target).embed(request, raw, target, ctx.info)
+            return await self.adapter(EMBEDDINGS, target).embed(request, target, ctx.info)
 
-        return await self.run(EMBEDDINGS, ctx, request, request.model, request.provider, call)
+        return await self.run(EMBEDDINGS, ctx, request, request.body.model, request.options.provider_name, call)

@@ -12,10 +12,11 @@ import openai
 import pytest
 from pydantic import SecretStr
 
+from inferplex.canonical import ChatRequest
 from inferplex.config import ProviderConfig
-from inferplex.dialects.openai import tags
-from inferplex.dialects.unify import platform_options, split_endpoint
+from inferplex.dialects.unify import split_endpoint
 from inferplex.errors import InvalidRequest
+from inferplex.gateway_request import parse_request, tags
 from inferplex.providers.base import CallerKey, CallInfo
 from inferplex.providers.openai_compat import OpenAICompatible
 from tests.conftest import UPSTREAM_KEY
@@ -300,12 +301,16 @@ def test_tags_table(value: Any, expected: list[str]) -> None:
 
 def test_platform_options_defaults_and_values() -> None:
     # The log flags are options only when sent: omitted, the operator's settings decide (docs/dialects.md).
-    assert platform_options({}) == {"signature": None}
-    raw = dict(PLATFORM, tags="team-a, nightly")
-    assert platform_options(raw) == {"signature": "python", "log_query_body": False, "log_response_body": True}
-    assert raw["tags"] == ["team-a", "nightly"]  # normalised in place, for the usage log
+    body = {"model": "m@p", "messages": USER}
+    plain = parse_request(ChatRequest, dict(body)).options
+    assert (plain.signature, plain.log_query_body, plain.log_response_body, plain.tags) == (None, None, None, [])
+    sent = parse_request(ChatRequest, {**body, **PLATFORM, "tags": "team-a, nightly"})
+    options = sent.options
+    assert (options.signature, options.log_query_body, options.log_response_body) == ("python", False, True)
+    assert options.tags == ["team-a", "nightly"]  # normalised, for the usage log
+    assert not set(PLATFORM) & set(sent.wire())  # and never forwarded
     with pytest.raises(InvalidRequest):
-        platform_options({"log_query_body": "no"})
+        parse_request(ChatRequest, {**body, "log_query_body": "no"})
 
 
 def test_drop_params_is_honoured(seed_gateway: GatewayServer, seed_anthropic: FakeAnthropic) -> None:

@@ -17,6 +17,7 @@ import pytest
 from inferplex.canonical import ChatRequest
 from inferplex.config import DeploymentConfig, ModelConfig, ProviderConfig
 from inferplex.errors import GatewayError, InvalidRequest, RateLimited, UpstreamError, UpstreamTimeout
+from inferplex.gateway_request import GatewayRequest, parse_request
 from inferplex.providers import anthropic, bedrock, gemini
 from inferplex.providers.base import CallInfo
 from inferplex.providers.failures import OPENAI, ErrorMap, ProviderFailure, UpstreamOverloaded
@@ -120,14 +121,14 @@ def _target(adapter: anthropic.Anthropic, upstream: str) -> Target:
     return Target(model, deployment, adapter.config)
 
 
-def _request(stream: bool) -> tuple[ChatRequest, dict[str, Any]]:
+def _request(stream: bool) -> GatewayRequest[ChatRequest]:
     raw: dict[str, Any] = {"model": "c", "messages": [{"role": "user", "content": "hi there"}], "stream": stream}
-    return ChatRequest.model_validate(raw), raw
+    return parse_request(ChatRequest, raw)
 
 
 async def test_a_midstream_error_event_is_mapped_and_chained(adapter: anthropic.Anthropic) -> None:
-    request, raw = _request(stream=True)
-    chunks = adapter.chat_stream(request, raw, _target(adapter, "claude-midstream-1"), CallInfo())
+    request = _request(stream=True)
+    chunks = adapter.chat_stream(request, _target(adapter, "claude-midstream-1"), CallInfo())
     with pytest.raises(UpstreamOverloaded) as info:
         async for _ in chunks:
             pass
@@ -136,7 +137,7 @@ async def test_a_midstream_error_event_is_mapped_and_chained(adapter: anthropic.
 
 
 async def test_an_overloaded_status_is_mapped_by_the_adapters_map(adapter: anthropic.Anthropic) -> None:
-    request, raw = _request(stream=False)
+    request = _request(stream=False)
     with pytest.raises(UpstreamOverloaded) as info:
-        await adapter.chat(request, raw, _target(adapter, "claude-error-529"), CallInfo())
+        await adapter.chat(request, _target(adapter, "claude-error-529"), CallInfo())
     assert info.value.upstream_status == 529 and info.value.status == 503

@@ -19,6 +19,7 @@ import pytest
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import DeploymentConfig, ModelConfig, ProviderConfig
 from inferplex.errors import UpstreamTimeout
+from inferplex.gateway_request import GatewayRequest, parse_request
 from inferplex.providers.base import CallInfo
 from inferplex.providers.http import new_session
 from inferplex.providers.registry import load_factory
@@ -65,9 +66,9 @@ def _target(kind: str, port: int, model_type: str = "chat") -> tuple[ProviderCon
     return provider, Target(model, deployment, provider)
 
 
-def _chat(stream: bool = False) -> tuple[ChatRequest, dict[str, Any]]:
+def _chat(stream: bool = False) -> GatewayRequest[ChatRequest]:
     raw: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
-    return ChatRequest.model_validate(raw), raw
+    return parse_request(ChatRequest, raw)
 
 
 async def _timed(call: Any) -> float:
@@ -83,8 +84,8 @@ async def test_buffered_chat_outside_the_router_is_bounded(
 ) -> None:
     config, target = _target(kind, silent.port)
     adapter = load_factory(kind)(config, SimpleNamespace(http=session))
-    request, raw = _chat()
-    assert await _timed(adapter.chat(request, raw, target, CallInfo())) < WITHIN
+    request = _chat()
+    assert await _timed(adapter.chat(request, target, CallInfo())) < WITHIN
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -93,8 +94,8 @@ async def test_stream_opening_outside_the_router_is_bounded(
 ) -> None:
     config, target = _target(kind, silent.port)
     adapter = load_factory(kind)(config, SimpleNamespace(http=session))
-    request, raw = _chat(stream=True)
-    chunks = adapter.chat_stream(request, raw, target, CallInfo())
+    request = _chat(stream=True)
+    chunks = adapter.chat_stream(request, target, CallInfo())
     try:
         assert await _timed(chunks.__anext__()) < WITHIN
     finally:
@@ -109,6 +110,5 @@ async def test_embeddings_outside_the_router_are_bounded(
 ) -> None:
     config, target = _target(kind, silent.port, "embedding")
     adapter = load_factory(kind)(config, SimpleNamespace(http=session))
-    raw = {"model": "m", "input": "hi"}
-    request = EmbeddingRequest.model_validate(raw)
-    assert await _timed(adapter.embed(request, raw, target, CallInfo())) < WITHIN
+    request = parse_request(EmbeddingRequest, {"model": "m", "input": "hi"})
+    assert await _timed(adapter.embed(request, target, CallInfo())) < WITHIN

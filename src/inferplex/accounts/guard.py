@@ -29,6 +29,7 @@ from inferplex.config import AccountsConfig, ModelConfig, Pricing
 from inferplex.context import Context
 from inferplex.errors import GatewayError, PermissionDenied, RateLimited, Unavailable
 from inferplex.families.base import Family
+from inferplex.gateway_request import GatewayRequest
 from inferplex.limits import Hold, LimitStore, LimitsUnavailable
 from inferplex.limits.slots import FairSlots
 from inferplex.pipeline import Admission, failure_error
@@ -63,11 +64,9 @@ def _tokens(ctx: Context) -> Tokens:
     return Tokens(prompt, estimate_output_tokens(ctx.output_chars), estimated=True)
 
 
-def _option(request: Any, name: str, default: bool) -> bool:
-    """A log flag the request sent (checked by the dialect: `openai.gateway_options`), else the operator's."""
-    extra = getattr(request, "model_extra", None) or {}
-    value = extra.get(name, default)
-    return value if isinstance(value, bool) else default
+def _option(value: bool | None, default: bool) -> bool:
+    """A log flag the request sent (its `GatewayOptions`, checked by the dialect), else the operator's."""
+    return default if value is None else value
 
 
 @dataclass(slots=True)
@@ -86,11 +85,13 @@ class AccountGuard:
         self.usage = usage
         self.config = config
 
-    async def admit(self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: Any) -> Admission:
+    async def admit(
+        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: GatewayRequest[Any]
+    ) -> Admission:
         p = ctx.principal
-        if _option(request, "log_response_body", self.config.log_response_body):
+        if _option(request.options.log_response_body, self.config.log_response_body):
             ctx.streamed = []  # the response is kept for the usage log (a stream's chunks collected here)
-        prompt = family.estimate_input(request)
+        prompt = family.estimate_input(request.body)
         ctx.prompt_tokens_estimate = prompt
         plan = p.limits
         held: list[_Held] = []
@@ -144,12 +145,12 @@ class AccountGuard:
         held.append(_Held(key, ctx.request_id))
 
     async def _reserve(
-        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: Any, prompt: int
+        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: GatewayRequest[Any], prompt: int
     ) -> int:
         p = ctx.principal
         if p.account_id is None:
             return 0
-        tokens = Tokens(prompt, family.max_output(request, model, self.config.default_max_tokens))
+        tokens = Tokens(prompt, family.max_output(request.body, model, self.config.default_max_tokens))
         amount = max(cost_micros(price, tokens) for price in worst_case_price(model))
         if amount <= 0:
             return 0
@@ -170,14 +171,13 @@ class AccountGuard:
             except Exception:
                 log.exception("could not release a concurrency slot")
 
-    def _log(self, ctx: Context, model: ModelConfig, request: Any, status: int, tokens: Tokens, cost: int) -> None:
+    def _log(
+        self, ctx: Context, model: ModelConfig, request: GatewayRequest[Any], status: int, tokens: Tokens, cost: int
+    ) -> None:
         p = ctx.principal
         total_ms, upstream_ms = ctx.timings.spans_ms()
         target = ctx.target
-        tags = list(p.tags)
-        extra = getattr(request, "model_extra", None) or {}
-        if isinstance(extra.get("tags"), list):
-            tags += [str(x) for x in extra["tags"]]
+        tags = [*p.tags, *request.options.tags]
         row: dict[str, Any] = {
             "request_id": ctx.request_id,
             "created_at": time.time(),
@@ -197,12 +197,12 @@ class AccountGuard:
             "ttft_ms": ctx.timings.ttft_ms or None,
             "queued_ms": ctx.timings.queued_ms,
             "tags": tags,
-            "end_user": getattr(request, "user", None),
+            "end_user": request.body.user,
             "request_body": None,
             "response_body": None,
         }
-        if _option(request, "log_query_body", self.config.log_query_body):
-            row["request_body"] = request.model_dump(mode="json", exclude_none=True)
+        if _option(request.options.log_query_body, self.config.log_query_body):
+            row["request_body"] = request.body.model_dump(mode="json", exclude_none=True)
         if ctx.streamed is not None:  # admission decided to keep the response for the log
             if ctx.response is not None:
                 row["response_body"] = ctx.response
@@ -218,7 +218,7 @@ class _Admission:
         self,
         guard: AccountGuard,
         model: ModelConfig,
-        request: Any,
+        request: GatewayRequest[Any],
         reserved: int,
         held: list[_Held],
         plan: LimitPlan,

@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -40,10 +40,10 @@ from inferplex.config import ModelConfig
 from inferplex.context import Context
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.forms import FieldKind, read_form
-from inferplex.dialects.openai import gateway_options
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, UnsupportedMediaType
+from inferplex.gateway_request import ROUTING_KEYS, Flags, GatewayRequest, RoutingFields, flags, options, split
 from inferplex.json_limits import JsonLimits
 from inferplex.pipeline import ChatStream
 from inferplex.services import Services
@@ -61,6 +61,7 @@ FORM_FIELDS: dict[str, FieldKind] = {
     "max_tokens": "int",
     "stream": "bool",
 }
+M = TypeVar("M", bound=BaseModel)
 # Error codes the credit ledger may use for "not enough balance"; OneInfer answers those with a 403.
 CREDIT_CODES = frozenset({"insufficient_credit", "insufficient_credits", "insufficient_balance", "insufficient_quota"})
 
@@ -107,19 +108,27 @@ def _is_type_error(kind: str) -> bool:
     return kind.endswith("_type") or kind in ("int_from_float", "is_instance_of", "union_tag_invalid")
 
 
-def parse_chat(full: dict[str, Any]) -> ChatRequest:
-    """The canonical request, or the first problem as a 400 (bad value) or 422 (wrong type), field named."""
+def _validated(model: type[M], data: dict[str, Any]) -> M:
+    """`data` as `model`, or the first problem as a 400 (bad value) or 422 (wrong type), field named."""
     try:
-        return ChatRequest.model_validate(full)
+        return model.model_validate(data)
     except ValidationError as exc:
         kind = most_telling(exc.errors())["type"]  # the error `parse` reports
     try:
-        parse(ChatRequest, full)  # raises the canonical 400 naming the field
+        parse(model, data)  # raises the canonical 400 naming the field
     except InvalidRequest as err:
         if _is_type_error(kind):
             err.status, err.code = 422, "schema_validation_error"
         raise
     raise AssertionError("unreachable: the request failed validation once")  # pragma: no cover
+
+
+def parse_chat(full: dict[str, Any], found: dict[str, Any], checked: Flags) -> GatewayRequest[ChatRequest]:
+    """The canonical request and the gateway's options (`to_canonical`'s), each bad field a 400 or a 422."""
+    body = _validated(ChatRequest, full)
+    fields = {k: found[k] for k in ROUTING_KEYS if k in found}
+    routed = _validated(RoutingFields, fields)
+    return GatewayRequest(body, options(found, checked, routed), full)
 
 
 def _optional_str(body: dict[str, Any], name: str) -> str | None:
@@ -131,20 +140,23 @@ def _optional_str(body: dict[str, Any], name: str) -> str | None:
     return value
 
 
-def to_canonical(body: Any, catalog: Catalog) -> dict[str, Any]:
-    """OneInfer's body as the canonical request dict: provider and model resolved, defaults applied."""
+def to_canonical(body: Any, catalog: Catalog) -> tuple[dict[str, Any], dict[str, Any], Flags]:
+    """OneInfer's body as the canonical request dict (model resolved, defaults applied), and the gateway's
+    options taken out of it (`gateway_request.split`: the provider, resolved, among them) with their flags
+    checked."""
     if not isinstance(body, dict):
         raise _schema_error("The request body must be a JSON object.")
     if "messages" not in body and "input" in body:
         raise NotYetSupported(
             "Text-to-speech (a request with 'input' instead of 'messages') is not yet supported by this gateway."
         )
+    found = split(body)
     try:
-        gateway_options(body)  # the gateway's own options (tags, log flags), as on the OpenAI routes
+        checked = flags(found)  # the gateway's own options (tags, log flags), as on the OpenAI routes
     except InvalidRequest as err:
         err.status, err.code = 422, "schema_validation_error"  # a wrong JSON type, in OneInfer's table
         raise
-    provider = _optional_str(body, "provider") or DEFAULT_PROVIDER
+    provider = _optional_str(found, "provider") or DEFAULT_PROVIDER
     if not catalog.has_provider(provider):
         raise InvalidRequest(
             f"Unsupported provider `{provider}`: it is not configured on this gateway.",
@@ -153,15 +165,15 @@ def to_canonical(body: Any, catalog: Catalog) -> dict[str, Any]:
         )
     model = _optional_str(body, "model") or catalog.default_model(provider)
     _optional_str(body, "service_tier")  # its type and emptiness; its value is the router's (routing/options.py)
-    endpoint_id = _optional_str(body, "endpoint_id")
+    endpoint_id = _optional_str(found, "endpoint_id")
     if endpoint_id is not None:
         catalog.check_endpoint(endpoint_id)
-    full = {**body, "provider": provider, "model": model}
+    full = {**body, "model": model}
     if full.get("temperature") is None:
         full["temperature"] = DEFAULTS["temperature"]
     if full.get("max_tokens") is None and full.get("max_completion_tokens") is None:
         full["max_tokens"] = DEFAULTS["max_tokens"]
-    return full
+    return full, {**found, "provider": provider}, checked
 
 
 async def read_body(request: Request, max_bytes: int, limits: JsonLimits) -> Any:
@@ -239,12 +251,14 @@ async def render_stream(stream: ChatStream) -> AsyncIterator[bytes]:
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     catalog = services.pipeline.catalog
-    full = to_canonical(await read_body(request, services.max_body_bytes, services.json_limits), catalog)
-    chat = parse_chat(full)
-    if chat.stream:
-        stream = await services.pipeline.chat_stream(chat, full, ctx)
+    full, found, checked = to_canonical(
+        await read_body(request, services.max_body_bytes, services.json_limits), catalog
+    )
+    chat = parse_chat(full, found, checked)
+    if chat.body.stream:
+        stream = await services.pipeline.chat_stream(chat, ctx)
         return SSEResponse(render_stream(stream), ctx.headers())  # type: ignore[return-value]
-    response = await services.pipeline.chat(chat, full, ctx)
+    response = await services.pipeline.chat(chat, ctx)
     envelope = {
         "api_details": {"api_status": "success", "api_message": SUCCESS_MESSAGE},
         "data": render_completion(response, ctx),

@@ -1,6 +1,7 @@
 """The OpenAI dialect: `/v1/chat/completions`, `/v1/embeddings`, `/v1/models`, `/v1/endpoints`.
 
-Parsing is the canonical request itself (OpenAI's shape is canonical); rendering adds the gateway's
+Parsing is the canonical request itself (OpenAI's shape is canonical), with the gateway's own options taken
+out first (`gateway_request.parse_request`, shared by every OpenAI-shaped dialect); rendering adds the gateway's
 `timings`, strips the usage chunk from streams whose caller did not ask for it, and turns a failure after
 the first byte into an OpenAI error chunk followed by `[DONE]`, never a silent cut.
 """
@@ -16,13 +17,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferplex.accounts.guard import add_cost
-from inferplex.canonical import ChatRequest, EmbeddingRequest, parse
+from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import ModelConfig
 from inferplex.context import Context
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
-from inferplex.errors import GatewayError, InvalidRequest, NotFound
+from inferplex.errors import GatewayError, NotFound
+from inferplex.gateway_request import GatewayRequest, parse_request
 from inferplex.pipeline import ChatStream
 from inferplex.responses import ChatCompletionChunk, Timings
 from inferplex.services import Services
@@ -83,59 +85,18 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
     yield DONE
 
 
-def tags(value: Any) -> list[str]:
-    """`tags`: a comma-separated string (as Unify documents it) or a list of strings; blanks are dropped."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = value.split(",")
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise InvalidRequest(
-            "Invalid value for 'tags': expected a comma-separated string or a list of strings.", param="tags"
-        )
-    return [t.strip() for t in value if t.strip()]
-
-
-_FLAGS = ("log_query_body", "log_response_body", "drop_params", "use_custom_keys")
-
-
-def gateway_options(raw: Any) -> None:
-    """Check the gateway's own request options on the OpenAI-shaped routes, before anything is reserved:
-    `tags`, the log flags, `drop_params`, and Unify's `use_custom_keys` and `signature` (stripped before the
-    upstream on every route).
-
-    The usage log (accounts/guard.py) and the capability planner read them from the request itself, and
-    used to skip a value of the wrong type, so `"log_query_body": "no"` stored the body and `"tags": 5`
-    was lost without a word. A wrong type is now a 400 naming the field; `tags` is normalised in place to
-    the list of strings the usage log reads. When a flag is omitted, the operator's setting decides."""
-    if type(raw) is not dict:
-        return  # not an object: parsing refuses it
-    value = raw.get("tags")
-    if value is not None:
-        raw["tags"] = tags(value)
-    for name in _FLAGS:
-        flag = raw.get(name)
-        if flag is not None and flag.__class__ is not bool:
-            raise InvalidRequest(f"Invalid value for '{name}': expected a boolean.", param=name)
-    signature = raw.get("signature")
-    if signature is not None and not isinstance(signature, str):
-        raise InvalidRequest("Invalid value for 'signature': expected a string.", param="signature")
-
-
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    raw = await read_json(request, services.max_body_bytes, services.json_limits)
-    gateway_options(raw)
-    chat: ChatRequest = parse(ChatRequest, raw)
-    return await answer_chat(services, chat, raw, ctx)
+    data = await read_json(request, services.max_body_bytes, services.json_limits)
+    return await answer_chat(services, parse_request(ChatRequest, data), ctx)
 
 
-async def answer_chat(services: Services, chat: ChatRequest, raw: dict[str, Any], ctx: Context) -> Response:
+async def answer_chat(services: Services, chat: GatewayRequest[ChatRequest], ctx: Context) -> Response:
     """Run a parsed chat request and answer in OpenAI's shape: shared by the OpenAI-compatible dialects."""
-    if chat.stream:
-        stream = await services.pipeline.chat_stream(chat, raw, ctx)
-        return SSEResponse(render_stream(stream, chat.wants_usage), _timing_headers(ctx, stream=True))  # type: ignore[return-value]
-    response = await services.pipeline.chat(chat, raw, ctx)
+    if chat.body.stream:
+        stream = await services.pipeline.chat_stream(chat, ctx)
+        return SSEResponse(render_stream(stream, chat.body.wants_usage), _timing_headers(ctx, stream=True))  # type: ignore[return-value]
+    response = await services.pipeline.chat(chat, ctx)
     timings = response["timings"] = ctx.timings.as_dict(ctx.completion_tokens)
     add_cost(response, ctx)
     return json_response(response, _timing_headers(ctx, stream=False, t=timings))
@@ -143,10 +104,9 @@ async def answer_chat(services: Services, chat: ChatRequest, raw: dict[str, Any]
 
 async def embeddings(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
-    raw = await read_json(request, services.max_body_bytes, services.json_limits)
-    gateway_options(raw)
-    req: EmbeddingRequest = parse(EmbeddingRequest, raw)
-    response = await services.pipeline.embed(req, raw, ctx)
+    data = await read_json(request, services.max_body_bytes, services.json_limits)
+    req = parse_request(EmbeddingRequest, data)
+    response = await services.pipeline.embed(req, ctx)
     timings = response["timings"] = ctx.timings.as_dict()
     add_cost(response, ctx)
     return json_response(response, _timing_headers(ctx, stream=False, t=timings))

@@ -1,11 +1,12 @@
 """The request bodies of the OpenAI-shaped routes as `/openapi.json` publishes them: the canonical request
 plus the gateway's own options (every route) and what each seed dialect adds or relaxes (OneInfer, Unify).
 
-The routes check the gateway's options and the seeds' fields by hand (`openai.gateway_options`,
-`oneinfer.to_canonical`, `unify.split_endpoint`) before the canonical `ChatRequest` (whose errors they reuse)
-sees the body, so these models are not on the request path: they describe those fields next to the canonical
-ones they extend, so the document cannot drift from `ChatRequest`. tests/test_openapi.py holds their field
-names to the fields the gateway strips before the upstream (`openai_compat.GATEWAY_FIELDS`).
+The routes take the gateway's options out and check them (`gateway_request.parse_request`), and the seeds'
+fields by hand (`oneinfer.to_canonical`, `unify.split_endpoint`), before the canonical `ChatRequest` (whose
+errors they reuse) sees the body, so these models are not on the request path: they describe those fields
+next to the canonical ones they extend, so the document cannot drift from `ChatRequest`.
+tests/test_openapi.py holds their field names to the keys the dialects take out of the caller's JSON
+(`gateway_request.GATEWAY_KEYS`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,16 @@ from pydantic import BaseModel, Field
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 
 
-class GatewayOptions(BaseModel):
+class OptionFields(BaseModel):
     """The gateway's own options, accepted on every OpenAI-shaped route and never sent upstream."""
+
+    provider: str | dict[str, Any] | None = Field(
+        None, description="a provider name, or OpenRouter's preferences object (docs/routing.md)"
+    )
+    models: list[str] | None = Field(None, description="fallback models, in order (docs/routing.md)")
+    endpoint_id: str | None = Field(None, description="a configured deployment id")
+    region: str | None = Field(None, description="serve from a deployment in this region")
+    timeout: float | None = Field(None, gt=0, description="seconds the gateway waits for the answer")
 
     tags: str | list[str] | None = Field(None, description="usage-log tags: a comma-separated string or a list")
     log_query_body: bool | None = Field(None, description="store the request in the usage log (default: operator's)")
@@ -30,12 +39,14 @@ class GatewayOptions(BaseModel):
     inferada: dict[str, Any] | None = Field(None, description="Inferada's spelling of processors and language")
 
 
-class GatewayChatRequest(ChatRequest, GatewayOptions):
+class GatewayChatRequest(ChatRequest, OptionFields):
     """`POST /v1/chat/completions` and `/api/v1/chat/completions`."""
 
 
-class GatewayEmbeddingRequest(EmbeddingRequest, GatewayOptions):
+class GatewayEmbeddingRequest(EmbeddingRequest, OptionFields):
     """`POST /v1/embeddings`."""
+
+    provider: str | None = Field(None, description="a provider name")
 
 
 class OneInferChatRequest(GatewayChatRequest):
@@ -54,4 +65,4 @@ class UnifyChatRequest(GatewayChatRequest):
     model: str = Field(pattern=r"^.+@.+$", description="an endpoint, `model@provider`")
 
 
-OPTION_FIELDS = frozenset(GatewayOptions.model_fields)
+OPTION_FIELDS = frozenset(OptionFields.model_fields)

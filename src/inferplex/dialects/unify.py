@@ -6,11 +6,12 @@ dialect's own handler and renderers (`openai.answer_chat`, `openai.render_error`
 - `model` names an endpoint, `{model}@{provider}`. A model without a non-empty model and provider part is
   a 400 (`invalid_model`); a well-formed one the catalog does not serve is OpenAI's 404 (`model_not_found`
   or `provider_not_found`), since Unify defers to OpenAI's reference for everything it does not define.
-- Platform arguments steer the gateway and are never forwarded upstream (`GATEWAY_FIELDS`):
-  `drop_params` and `region` stay on the canonical request for the capability planner and the router;
-  `tags` (a comma-separated string or a list of strings, made a list in place) and `log_query_body` /
-  `log_response_body` are read from it by the usage log (checked by `openai.gateway_options`, as on /v1;
-  omitted, the operator's settings decide); `signature` is checked and not used;
+- Platform arguments steer the gateway and are never forwarded upstream: they are the request's
+  `GatewayOptions` (gateway_request.py, parsed as on /v1). `drop_params` is read by the capability planner,
+  `region` by the router; `tags` (a comma-separated string or a list of strings) and `log_query_body` /
+  `log_response_body` by the usage log (omitted, the operator's settings decide, not Unify's default of
+  true, so a silent caller's bodies are kept only where the operator keeps bodies); `signature` is checked
+  and not used;
   `use_custom_keys: true` sends the caller's own provider key, read from the `x-provider-api-key` header,
   to that provider for this request only (`CallInfo.caller_key`): it is never stored or logged.
   A platform argument of the wrong type is a 400 naming it.
@@ -27,13 +28,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from inferplex.canonical import ChatRequest, parse
+from inferplex.canonical import ChatRequest
 from inferplex.context import Context
 from inferplex.dialects.openai import DIALECT as OPENAI
-from inferplex.dialects.openai import answer_chat, endpoint_rows, gateway_options, render_error
+from inferplex.dialects.openai import answer_chat, endpoint_rows, render_error
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest
+from inferplex.gateway_request import parse_request
 from inferplex.providers.base import CallerKey
 from inferplex.services import Services
 
@@ -54,30 +56,6 @@ def split_endpoint(model: Any) -> tuple[str, str]:
         param="model",
         code="invalid_model",
     )
-
-
-def _flag(raw: dict[str, Any], name: str, default: bool) -> bool:
-    value = raw.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise InvalidRequest(f"Invalid value for '{name}': expected a boolean.", param=name)
-    return value
-
-
-def platform_options(raw: dict[str, Any]) -> dict[str, Any]:
-    """The platform arguments, after `gateway_options` has checked the ones every OpenAI-shaped route
-    shares (`tags`, the log flags, `drop_params`); the usage log reads the log flags from the request.
-
-    The two log flags are in the options only when sent: omitted, the operator's
-    `accounts.log_query_body` / `log_response_body` decide (docs/dialects.md), not Unify's default of
-    true, so the bodies of a caller who said nothing are kept only where the operator keeps bodies."""
-    gateway_options(raw)
-    options: dict[str, Any] = {"signature": raw.get("signature")}
-    for name in ("log_query_body", "log_response_body"):
-        if raw.get(name) is not None:
-            options[name] = raw[name]
-    return options
 
 
 def _caller_key(request: Request, services: Services, model: str, provider: str) -> CallerKey:
@@ -106,11 +84,10 @@ async def chat_completions(request: Request, ctx: Context) -> Response:
     if "model" not in raw:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
     model, provider = split_endpoint(raw["model"])
-    platform_options(raw)
-    chat: ChatRequest = parse(ChatRequest, raw)
-    if _flag(raw, "use_custom_keys", False):
+    chat = parse_request(ChatRequest, raw)
+    if chat.options.use_custom_keys:
         ctx.info.caller_key = _caller_key(request, services, model, provider)
-    return await answer_chat(services, chat, raw, ctx)
+    return await answer_chat(services, chat, ctx)
 
 
 async def list_endpoints(request: Request, ctx: Context) -> Response:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from pydantic import TypeAdapter
 
 from inferplex.canonical import ChatRequest, Message, Tool
 from inferplex.config import ModelConfig
 from inferplex.families.base import Family, Unit
+from inferplex.gateway_request import GatewayRequest
 from inferplex.providers.base import CallInfo
 from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
@@ -27,12 +28,12 @@ class ChatAdapter(Protocol):
     the first item before it answers the caller, so an adapter raises `GatewayError` from that first pull if the
     upstream fails, and keeps its connection inside the generator so closing it cancels the upstream."""
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
+    async def chat(self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo) -> ChatCompletion:
         """Return a complete `chat.completion` dict (usage included)."""
         ...
 
     def chat_stream(
-        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+        self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo
     ) -> AsyncIterator[ChatCompletionChunk]:
         """Yield `chat.completion.chunk` dicts; the last ones carry finish_reason and usage."""
         ...

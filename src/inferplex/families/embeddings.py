@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import orjson
 
 from inferplex.canonical import EmbeddingRequest
 from inferplex.families.base import Family, Unit, no_output
+from inferplex.gateway_request import GatewayRequest
 from inferplex.providers.base import CallInfo
 from inferplex.responses import EmbeddingList
 from inferplex.targets import Target
@@ -18,9 +19,7 @@ from inferplex.targets import Target
 class EmbeddingAdapter(Protocol):
     """A provider that embeds."""
 
-    async def embed(
-        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> EmbeddingList:
+    async def embed(self, request: GatewayRequest[EmbeddingRequest], target: Target, info: CallInfo) -> EmbeddingList:
         """Return an OpenAI embeddings `list` with usage, in the requested `encoding_format` (float or base64)."""
         ...
 

@@ -22,12 +22,13 @@ from typing import Any, Protocol
 from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog
 from inferplex.errors import InvalidRequest
+from inferplex.gateway_request import GatewayRequest
 from inferplex.plugins import PluginTable
 from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
 
 # Calls the model again with another request (same routing, same admission): what a retry needs.
-Again = Callable[[ChatRequest, dict[str, Any]], Awaitable[ChatCompletion]]
+Again = Callable[[GatewayRequest[ChatRequest]], Awaitable[ChatCompletion]]
 
 
 @dataclass(slots=True)
@@ -52,9 +53,7 @@ class Processor(Protocol):
     buffered: bool  # True when `post` needs the whole response (no stream filter)
     metadata: dict[str, Any]  # counts, scores, decisions: reported in the response, never redacted values
 
-    async def pre(
-        self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]
-    ) -> tuple[ChatRequest, dict[str, Any]]: ...
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]: ...
 
     async def post(self, ex: Exchange, response: ChatCompletion, again: Again) -> ChatCompletion: ...
 
@@ -73,8 +72,8 @@ class Step:
     def __init__(self) -> None:
         self.metadata: dict[str, Any] = {}
 
-    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
-        return request, raw
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
+        return request
 
     async def post(self, ex: Exchange, response: ChatCompletion, again: Again) -> ChatCompletion:
         return response

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog
 from inferplex.errors import InvalidRequest
+from inferplex.gateway_request import GatewayRequest
 from inferplex.processors.base import Again, Env, Exchange, Processor, known_processors, load_factory
-from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY, Requested, Spec, key_specs, merge, requested
+from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY, Requested, Spec, key_specs, merge
 from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
 
@@ -67,26 +68,26 @@ class Chain:
         if self.inferada:
             target["inferada"] = block
 
-    async def pre(self, ctx: Context, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+    async def pre(self, ctx: Context, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
         self.exchange.may_use = ctx.principal.may_use
         started = time.perf_counter()
         try:
             for p in self.processors:
-                request, raw = await p.pre(self.exchange, request, raw)
+                request = await p.pre(self.exchange, request)
         finally:
             ctx.timings.processors_ms += (time.perf_counter() - started) * 1000
-        return request, raw
+        return request
 
     async def post(self, ctx: Context, response: ChatCompletion, again: Again) -> ChatCompletion:
         started = time.perf_counter()
         upstream_ms = 0.0
 
-        async def timed_again(request: ChatRequest, raw: dict[str, Any]) -> ChatCompletion:
+        async def timed_again(request: GatewayRequest[ChatRequest]) -> ChatCompletion:
             # A retry's time is the model's, not the processors'.
             nonlocal upstream_ms
             t = time.perf_counter()
             try:
-                return await again(request, raw)
+                return await again(request)
             finally:
                 upstream_ms += (time.perf_counter() - t) * 1000
 
@@ -139,18 +140,12 @@ async def _waiting(
         yield chunk
 
 
-def factory(env: Env) -> Callable[[Context, ChatRequest], Chain | None]:
-    def make(ctx: Context, request: ChatRequest) -> Chain | None:
-        raw = request.model_extra or {}
+def factory(env: Env) -> Callable[[Context, GatewayRequest[ChatRequest]], Chain | None]:
+    def make(ctx: Context, request: GatewayRequest[ChatRequest]) -> Chain | None:
+        req = request.options.processors  # parsed by the dialect (gateway_request.py)
         principal = ctx.principal
-        if (
-            "processors" not in raw
-            and "inferada" not in raw
-            and not principal.enforced_processors
-            and not principal.default_processors
-        ):
+        if req.specs is None and not principal.enforced_processors and not principal.default_processors:
             return None  # the common case, decided without parsing anything
-        req = requested(raw)
         check_known(req.specs, "inferada.processors" if req.inferada else "processors")
         enforced = key_specs(principal.enforced_processors, ENFORCED_KEY)
         defaults = key_specs(principal.default_processors, DEFAULTS_KEY)
@@ -164,7 +159,7 @@ def factory(env: Env) -> Callable[[Context, ChatRequest], Chain | None]:
     return make
 
 
-def gateway_factory(catalog: Catalog, router: object) -> Callable[[Context, ChatRequest], Chain | None]:
+def gateway_factory(catalog: Catalog, router: object) -> Callable[[Context, GatewayRequest[ChatRequest]], Chain | None]:
     """The factory as the app wires it: the catalog, and time to first token from the router's statistics."""
     stats = getattr(router, "stats", None)
 

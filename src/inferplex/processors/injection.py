@@ -24,6 +24,7 @@ from typing import Any
 
 from inferplex.canonical import ChatRequest
 from inferplex.errors import ProcessorRejected
+from inferplex.gateway_request import GatewayRequest
 from inferplex.processors import embedding
 from inferplex.processors.base import Env, Exchange, Step, check_options, choice, number
 from inferplex.processors.text import texts
@@ -173,8 +174,8 @@ class InjectionGuard(Step):
         out["score"] = round(max(heuristic, similarity_score(cosine)), 3)
         return out
 
-    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
-        text = "\n".join(t for t in texts(request, SCORED_ROLES) if t)
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
+        text = "\n".join(t for t in texts(request.body, SCORED_ROLES) if t)
         result = await asyncio.to_thread(self.score, text)
         flagged = result["score"] >= self.threshold
         self.metadata.update(result, threshold=self.threshold, flagged=flagged, action=self.action)
@@ -184,7 +185,7 @@ class InjectionGuard(Step):
                 f"is at or above the threshold {self.threshold}.",
                 param="messages",
             )
-        return request, raw
+        return request
 
 
 def create(options: Mapping[str, Any], env: Env) -> InjectionGuard:

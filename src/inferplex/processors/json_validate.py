@@ -20,6 +20,7 @@ import jsonschema  # type: ignore[import-untyped]
 
 from inferplex.canonical import ChatRequest, Message
 from inferplex.errors import InvalidRequest, ProcessorRejected
+from inferplex.gateway_request import GatewayRequest
 from inferplex.processors.base import Again, Env, Exchange, Step, check_options
 from inferplex.responses import ChatCompletion
 
@@ -63,16 +64,15 @@ class JsonValidate(Step):
     def __init__(self, schema: dict[str, Any] | None) -> None:
         super().__init__()
         self.schema = schema
-        self.request: ChatRequest | None = None
-        self.raw: dict[str, Any] = {}
+        self.request: GatewayRequest[ChatRequest] | None = None
 
-    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
         if self.schema is None:
-            rf = request.response_format
+            rf = request.body.response_format
             if rf is not None and rf.json_schema is not None:
                 self.schema = rf.json_schema.schema_
-        self.request, self.raw = request, raw
-        return request, raw
+        self.request = request
+        return request
 
     async def post(self, ex: Exchange, response: ChatCompletion, again: Again) -> ChatCompletion:
         first = problem(_content(response), self.schema)
@@ -86,12 +86,11 @@ class JsonValidate(Step):
             {"role": "assistant", "content": answer},
             {"role": "user", "content": RETRY_PROMPT.format(error=first)},
         ]
-        messages = [*self.request.messages, *(Message.model_validate(m) for m in extra)]
-        request = self.request.model_copy(update={"messages": messages, "stream": False, "stream_options": None})
+        body = self.request.body
+        messages = [*body.messages, *(Message.model_validate(m) for m in extra)]
         # The retry is a buffered call like the first, whatever the caller asked for.
-        raw = {k: v for k, v in self.raw.items() if k not in ("stream", "stream_options")}
-        raw["messages"] = [*self.raw.get("messages", []), *extra]
-        retried = await again(request, raw)
+        retry = body.model_copy(update={"messages": messages, "stream": None, "stream_options": None})
+        retried = await again(self.request.replace(retry))
         second = problem(_content(retried), self.schema)
         self.metadata.update(attempts=2, first_error=first)
         if second is not None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from inferplex.canonical import ChatRequest
 from inferplex.errors import InvalidRequest, ProcessorRejected, UnsupportedLanguage
+from inferplex.gateway_request import GatewayRequest
 from inferplex.processors.base import Env, Exchange, Step, check_options, number
 from inferplex.processors.text import texts
 
@@ -48,13 +49,13 @@ class Language(Step):
         self.enforce = enforce
         self.min_confidence = min_confidence
 
-    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
         declared = self.declared or ex.language
         if declared is not None and declared not in supported():
             raise UnsupportedLanguage(
                 f"Processor `language` does not support the language `{declared}`.", param="language"
             )
-        text = " ".join(texts(request, ("user",))).strip()
+        text = " ".join(texts(request.body, ("user",))).strip()
         code, confidence = detect(text) if text else ("und", 0.0)
         enforce = self.enforce if self.enforce is not None else declared is not None
         self.metadata.update(detected=code, confidence=round(confidence, 3))
@@ -69,7 +70,7 @@ class Language(Step):
             )
         self.metadata["decision"] = "accepted" if enforce else "detected"
         ex.language = declared or (code if text else None)
-        return request, raw
+        return request
 
 
 def create(options: Mapping[str, Any], env: Env) -> Language:

@@ -14,6 +14,7 @@ from typing import Any
 
 from inferplex.canonical import ChatRequest
 from inferplex.errors import InvalidRequest
+from inferplex.gateway_request import GatewayRequest
 from inferplex.processors.base import Again, Env, Exchange, Step, check_options, choice
 from inferplex.processors.credentials import replace_spans
 from inferplex.processors.pii_detect import ALL_KINDS, find_pii
@@ -39,14 +40,14 @@ class PiiRedact(Step):
         self.found.update(s.kind for s in spans)
         return replace_spans(text, spans, self.vault.placeholder)
 
-    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
-        request, raw = rewrite(request, raw, self.redact)
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
+        request = rewrite(request, self.redact)
         self.metadata.update(
             mode=self.mode, redacted=sum(self.found.values()), entities=dict(sorted(self.found.items()))
         )
         if "NAME" in self.kinds:
             self.metadata["names"] = "cue-based heuristic (no offline NER model installed)"
-        return request, raw
+        return request
 
     async def post(self, ex: Exchange, response: ChatCompletion, again: Again) -> ChatCompletion:
         if self.mode != "restore":

@@ -23,6 +23,7 @@ from typing import Any
 from inferplex.canonical import ChatRequest
 from inferplex.config import ModelConfig
 from inferplex.errors import InvalidRequest, ProcessorRejected
+from inferplex.gateway_request import GatewayRequest
 from inferplex.processors.base import Env, Exchange, Step, check_options, choice
 from inferplex.processors.text import texts
 
@@ -102,10 +103,11 @@ class RoutingPolicy(Step):
 
         return sorted(models, key=by_speed)
 
-    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
         if self.env.catalog is None:
             raise ProcessorRejected("Processor `routing_policy` has no catalog to choose from.")
-        need = need_of(request, self.requires)
+        body = request.body
+        need = need_of(body, self.requires)
         pool = [m for m in self.env.catalog.models if m.type == "chat" and ex.may_use(m.name)]
         if self.candidates is not None:
             pool = [m for m in pool if m.name in self.candidates]
@@ -121,7 +123,7 @@ class RoutingPolicy(Step):
         chosen = self.rank(eligible, need)[0]
         self.metadata.update(
             policy=self.policy,
-            requested=request.model,
+            requested=body.model,
             chosen=chosen.name,
             considered=len(pool),
             eligible=len(eligible),
@@ -131,8 +133,7 @@ class RoutingPolicy(Step):
         if self.policy == "fastest":
             latency = self._latency(chosen)
             self.metadata["ttft_ms"] = None if latency is None else round(latency, 2)
-        request = request.model_copy(update={"model": chosen.name})
-        return request, {**raw, "model": chosen.name}
+        return request.replace(body.model_copy(update={"model": chosen.name}))
 
 
 def create(options: Mapping[str, Any], env: Env) -> RoutingPolicy:

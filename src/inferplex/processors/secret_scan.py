@@ -13,6 +13,7 @@ from typing import Any
 
 from inferplex.canonical import ChatRequest
 from inferplex.errors import ProcessorRejected
+from inferplex.gateway_request import GatewayRequest
 from inferplex.processors.base import Env, Exchange, Step, check_options, choice
 from inferplex.processors.credentials import find_credentials, replace_spans, resolve_overlaps
 from inferplex.processors.placeholders import Vault
@@ -28,13 +29,13 @@ class SecretScan(Step):
         self.action = action
         self.vault = Vault()
 
-    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
         found: Counter[str] = Counter()
-        for text in texts(request):
+        for text in texts(request.body):
             found.update(s.kind for s in resolve_overlaps(find_credentials(text)))
         self.metadata.update(action=self.action, found=sum(found.values()), kinds=dict(sorted(found.items())))
         if not found:
-            return request, raw
+            return request
         if self.action == "block":
             raise ProcessorRejected(
                 f"Processor `secret_scan` rejected the request: it contains credentials ({', '.join(sorted(found))}).",
@@ -44,7 +45,7 @@ class SecretScan(Step):
         def redact(text: str) -> str:
             return replace_spans(text, resolve_overlaps(find_credentials(text)), self.vault.placeholder)
 
-        return rewrite(request, raw, redact)
+        return rewrite(request, redact)
 
 
 def create(options: Mapping[str, Any], env: Env) -> SecretScan:

@@ -18,6 +18,7 @@ from typing import Any
 
 from inferplex.canonical import ChatRequest
 from inferplex.errors import InvalidRequest, UnsupportedLanguage
+from inferplex.gateway_request import GatewayRequest
 from inferplex.processors.base import Env, Exchange, Step, check_options
 from inferplex.processors.text import rewrite
 
@@ -65,7 +66,7 @@ class Spellcheck(Step):
         super().__init__()
         self.language = language
 
-    async def pre(self, ex: Exchange, request: ChatRequest, raw: dict[str, Any]) -> tuple[ChatRequest, dict[str, Any]]:
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
         language = self.language or ex.language
         if language is None:
             raise UnsupportedLanguage(
@@ -87,9 +88,9 @@ class Spellcheck(Step):
             found.extend(corrections)
             return out
 
-        request, raw = rewrite(request, raw, fix, roles=("user",))
+        request = rewrite(request, fix, roles=("user",))
         self.metadata.update(language=language, corrected=len(found), corrections=found[:MAX_CORRECTIONS_REPORTED])
-        return request, raw
+        return request
 
 
 def create(options: Mapping[str, Any], env: Env) -> Spellcheck:

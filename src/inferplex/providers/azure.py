@@ -22,6 +22,7 @@ import aiohttp
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.capabilities import N, ProviderCapabilities
 from inferplex.config import ConfigError, ProviderConfig
+from inferplex.gateway_request import GatewayRequest
 from inferplex.providers.base import CallInfo
 from inferplex.providers.openai_compat import OpenAICompatible
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
@@ -69,18 +70,16 @@ class AzureOpenAI:
             adapter = self._deployments[name] = _Deployment(self._config, self._session, url, self._version)
         return adapter
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
-        return await self._for(target).chat(request, raw, target, info)
+    async def chat(self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo) -> ChatCompletion:
+        return await self._for(target).chat(request, target, info)
 
     def chat_stream(
-        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+        self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo
     ) -> AsyncIterator[ChatCompletionChunk]:
-        return self._for(target).chat_stream(request, raw, target, info)
+        return self._for(target).chat_stream(request, target, info)
 
-    async def embed(
-        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> EmbeddingList:
-        return await self._for(target).embed(request, raw, target, info)
+    async def embed(self, request: GatewayRequest[EmbeddingRequest], target: Target, info: CallInfo) -> EmbeddingList:
+        return await self._for(target).embed(request, target, info)
 
     async def aclose(self) -> None:
         """The HTTP session is shared and closed by the app."""

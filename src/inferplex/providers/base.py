@@ -2,7 +2,8 @@
 
 An adapter implements one small interface per endpoint family it serves (`families/`: chat's `chat` and
 `chat_stream`, embeddings' `embed`, ...), like httpx's two-method transport and TensorZero's small provider
-trait, plus `aclose`. It receives the canonical request plus the resolved `Target` and returns OpenAI-shaped
+trait, plus `aclose`. It receives the request (`GatewayRequest`: an adapter that translates reads its `body`;
+one that forwards OpenAI's JSON sends its `wire()`) plus the resolved `Target` and returns OpenAI-shaped
 dicts (typed in `responses.py`); translation to and from its provider's wire format is its own business,
 done by pure functions in its module.
 """

@@ -50,6 +50,7 @@ from inferplex import capabilities
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import Capabilities, ConfigError, ProviderConfig
 from inferplex.errors import GatewayError, InvalidRequest, Unavailable, UpstreamError
+from inferplex.gateway_request import GatewayRequest
 from inferplex.providers.base import CallInfo
 from inferplex.providers.local_chat import (
     CAPABILITIES,
@@ -159,7 +160,7 @@ class LocalProvider:
             raise InvalidRequest(f"{target.model.name} is not a chat model.", param="model")
         return engine
 
-    def _plan(self, request: ChatRequest, target: Target, info: CallInfo) -> Any:
+    def _plan(self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo) -> Any:
         decided = capabilities.plan(
             request,
             CAPABILITIES,
@@ -170,7 +171,7 @@ class LocalProvider:
         info.dropped_params = list(decided.dropped)
         return plan_chat(decided.request, target.model.max_output, target.model.context_window)
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
+    async def chat(self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo) -> ChatCompletion:
         engine = self._engine(target)
         plan = self._plan(request, target, info)
         future, cancel, info.queued_ms = await engine.start(plan)
@@ -185,7 +186,7 @@ class LocalProvider:
         return completion(target.model.name, choices, prompt, sum(r.tokens for r in results))
 
     async def chat_stream(
-        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+        self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo
     ) -> AsyncIterator[ChatCompletionChunk]:
         engine = self._engine(target)
         plan = self._plan(request, target, info)
@@ -255,19 +256,18 @@ class LocalProvider:
                 self._encoders[spec.name] = encoder
         return encoder
 
-    async def embed(
-        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> EmbeddingList:
-        texts = request.texts()
+    async def embed(self, request: GatewayRequest[EmbeddingRequest], target: Target, info: CallInfo) -> EmbeddingList:
+        body = request.body
+        texts = body.texts()
         if texts is None:
             raise InvalidRequest("The local embedding model accepts text input only, not token arrays.", param="input")
         encoder = await self._encoder(target)
-        if request.dimensions is not None and request.dimensions != encoder.dimensions:
+        if body.dimensions is not None and body.dimensions != encoder.dimensions:
             raise InvalidRequest(
                 f"This model produces {encoder.dimensions}-dimension embeddings only.", param="dimensions"
             )
         vectors, tokens = await asyncio.to_thread(encoder.encode, texts)
-        as_base64 = request.encoding_format == "base64"
+        as_base64 = body.encoding_format == "base64"
         data: list[Embedding] = [
             {
                 "object": "embedding",

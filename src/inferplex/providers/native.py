@@ -9,12 +9,13 @@ runs the chosen emulations, and maps the `ProviderFailure`s its translators read
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from inferplex.canonical import ChatRequest
 from inferplex.capabilities import Plan, ProviderCapabilities, plan
 from inferplex.config import Timeouts
 from inferplex.emulation import run_chat, run_stream
+from inferplex.gateway_request import GatewayRequest
 from inferplex.providers.base import CallInfo
 from inferplex.providers.failures import ErrorMap, ProviderFailure
 from inferplex.responses import ChatCompletion, ChatCompletionChunk
@@ -26,7 +27,7 @@ class NativeAdapter:
     errors: ErrorMap  # the module's declaration, bound to the configured provider's name
     default_max_tokens: ClassVar[int] = 4096
 
-    def _plan(self, request: ChatRequest, target: Target, info: CallInfo, *, stream: bool) -> Plan:
+    def _plan(self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo, *, stream: bool) -> Plan:
         decided = plan(
             request,
             self.capabilities_for(target),
@@ -46,7 +47,7 @@ class NativeAdapter:
         """The output limit sent when the caller gave none: the model's configured maximum, else 4096."""
         return target.model.max_output or self.default_max_tokens
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
+    async def chat(self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo) -> ChatCompletion:
         decided = self._plan(request, target, info, stream=False)
         timeouts = info.timeouts
         try:
@@ -55,7 +56,7 @@ class NativeAdapter:
             raise self.errors.failure(failure) from failure
 
     async def chat_stream(
-        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+        self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo
     ) -> AsyncIterator[ChatCompletionChunk]:
         decided = self._plan(request, target, info, stream=True)
         timeouts = info.timeouts

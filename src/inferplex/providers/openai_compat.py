@@ -1,9 +1,9 @@
 """The adapter for every OpenAI-compatible upstream (OpenAI, Groq, vLLM, Ollama, ...).
 
-Translation is nearly the identity: the caller's own JSON is forwarded with the upstream model id swapped
-in, gateway-only fields removed, and the vendor profile's renames and drops applied, so fields the gateway
-does not know reach the upstream untouched. Streams always ask for usage, so every stream can be metered;
-the pipeline hides that chunk from callers who did not ask for it.
+Translation is nearly the identity: the caller's own JSON (`GatewayRequest.wire()`, the gateway's own keys
+already out) is forwarded with the upstream model id swapped in and the vendor profile's renames and drops
+applied, so fields the gateway does not know reach the upstream untouched. Streams always ask for usage, so
+every stream can be metered; the pipeline hides that chunk from callers who did not ask for it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from inferplex.capabilities import Plan, plan
 from inferplex.config import Capabilities, ConfigError, ProviderConfig
 from inferplex.emulation import run_stream
 from inferplex.errors import UpstreamError
+from inferplex.gateway_request import GatewayRequest
 from inferplex.providers import http
 from inferplex.providers.base import CallInfo
 from inferplex.providers.failures import OPENAI
@@ -28,33 +29,13 @@ from inferplex.providers.profiles import PROFILES, VendorProfile, profile_for
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
 from inferplex.targets import Target
 
-# Request fields that steer the gateway and mean nothing (or something else) to an upstream.
-GATEWAY_FIELDS = frozenset(
-    {
-        "provider",
-        # routing (docs/routing.md) and Unify's platform arguments (docs/dialects.md)
-        "endpoint_id",
-        "region",
-        "models",
-        "timeout",
-        "drop_params",
-        "use_custom_keys",
-        "tags",
-        "log_query_body",
-        "log_response_body",
-        "signature",
-        # request processors (docs/processors.md), ours and Inferada's spelling
-        "processors",
-        "inferada",
-    }
-)
-
 
 def build_chat_body(
-    raw: Mapping[str, Any], upstream_model: str, profile: VendorProfile, *, stream: bool
+    wire: Mapping[str, Any], upstream_model: str, profile: VendorProfile, *, stream: bool
 ) -> tuple[dict[str, Any], list[str]]:
-    """The upstream request body and the parameters dropped for this vendor."""
-    body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
+    """The upstream request body and the parameters dropped for this vendor. `wire` is the request's
+    `wire()`: the gateway's own keys are already out (gateway_request.py), and it is not mutated."""
+    body = dict(wire)
     body["model"] = upstream_model
     if stream:
         body["stream"] = True
@@ -127,15 +108,15 @@ class OpenAICompatible:
         return {**headers, self.profile.auth_header: self.profile.auth_prefix + key.secret}
 
     def _plan(
-        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo, *, stream: bool
-    ) -> tuple[Plan | None, ChatRequest, dict[str, Any]]:
+        self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo, *, stream: bool
+    ) -> tuple[Plan | None, GatewayRequest[ChatRequest]]:
         """Narrow the request to what the model declares it can do and the vendor takes (its profile's
         `unsupported` fields, decided by `capabilities.plan` like every provider's); skipped when nothing
         could be narrowed, which for a profile without drops costs one test."""
         rejected = self.profile.unsupported
-        present = [k for k in rejected if k in raw] if rejected else ()
-        if not present and not needs_plan(request, target.model.capabilities, stream=stream):
-            return None, request, raw
+        present = [k for k in rejected if k in request.wire()] if rejected else ()
+        if not present and not needs_plan(request.body, target.model.capabilities, stream=stream):
+            return None, request
         decided = plan(
             request,
             CAPABILITIES,
@@ -146,24 +127,24 @@ class OpenAICompatible:
             unsupported=present,
         )
         info.dropped_params = sorted({*info.dropped_params, *decided.dropped})
-        return decided, decided.request, decided.trim_raw(raw)
+        return decided, decided.apply(request)
 
-    async def chat(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
-        _, request, raw = self._plan(request, raw, target, info, stream=False)
-        return await self._send(request, raw, target, info)
+    async def chat(self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo) -> ChatCompletion:
+        _, request = self._plan(request, target, info, stream=False)
+        return await self._send(request, target, info)
 
     def chat_stream(
-        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+        self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo
     ) -> AsyncIterator[ChatCompletionChunk]:
-        decided, request, raw = self._plan(request, raw, target, info, stream=True)
+        decided, request = self._plan(request, target, info, stream=True)
         if decided is not None and decided.buffered_stream:
             # The model declares `streaming: false`: one buffered call, replayed as a stream.
-            buffered = {k: v for k, v in raw.items() if k not in ("stream", "stream_options")}
-            return run_stream(decided, lambda r: self._send(r, buffered, target, info), _no_stream)
-        return self._send_stream(request, raw, target, info)
+            planned = request
+            return run_stream(decided, lambda r: self._send(_buffered(planned, r), target, info), _no_stream)
+        return self._send_stream(request, target, info)
 
-    async def _send(self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo) -> ChatCompletion:
-        body, dropped = build_chat_body(raw, target.upstream_model, self.profile, stream=False)
+    async def _send(self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo) -> ChatCompletion:
+        body, dropped = build_chat_body(request.wire(), target.upstream_model, self.profile, stream=False)
         info.dropped_params = sorted({*info.dropped_params, *dropped})
         headers, timeouts = self._auth(self._headers, info), info.timeouts
         if timeouts is None:  # not the router's attempt: bounded here
@@ -175,9 +156,9 @@ class OpenAICompatible:
         return normalize_completion(data, target.model.name)
 
     async def _send_stream(
-        self, request: ChatRequest, raw: dict[str, Any], target: Target, info: CallInfo
+        self, request: GatewayRequest[ChatRequest], target: Target, info: CallInfo
     ) -> AsyncIterator[ChatCompletionChunk]:
-        body, dropped = build_chat_body(raw, target.upstream_model, self.profile, stream=True)
+        body, dropped = build_chat_body(request.wire(), target.upstream_model, self.profile, stream=True)
         info.dropped_params = sorted({*info.dropped_params, *dropped})
         headers, timeouts = self._auth(self._stream_headers, info), info.timeouts
         if timeouts is None:
@@ -221,10 +202,8 @@ class OpenAICompatible:
         if not done:
             raise self.errors.malformed("ended the stream before it was complete")
 
-    async def embed(
-        self, request: EmbeddingRequest, raw: dict[str, Any], target: Target, info: CallInfo
-    ) -> EmbeddingList:
-        body = {k: v for k, v in raw.items() if k not in GATEWAY_FIELDS}
+    async def embed(self, request: GatewayRequest[EmbeddingRequest], target: Target, info: CallInfo) -> EmbeddingList:
+        body = dict(request.wire())
         body["model"] = target.upstream_model
         url, headers = self._embed_url, self._headers
         data: _Embeddings
@@ -256,6 +235,11 @@ def needs_plan(request: ChatRequest, caps: Capabilities, *, stream: bool) -> boo
     if stream and not caps.streaming:
         return True
     return not caps.vision and any(isinstance(m.content, list) for m in request.messages)
+
+
+def _buffered(request: GatewayRequest[ChatRequest], body: ChatRequest) -> GatewayRequest[ChatRequest]:
+    """The request as one buffered call (`body` is the emulation's: json tool, one of n): no stream fields."""
+    return request.replace(body.model_copy(update={"stream": None, "stream_options": None}))
 
 
 async def _no_stream(request: ChatRequest) -> AsyncIterator[ChatCompletionChunk]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from inferplex.canonical import ChatRequest
 from inferplex.errors import InvalidRequest
+from inferplex.gateway_request import GatewayRequest
 
 # The gateway's tiers, and OpenAI's spellings of them. "auto" is what OpenAI's SDKs may send by default.
 TIERS = {"auto": "default", "default": "default", "flex": "flex"}
@@ -80,25 +81,20 @@ def service_tier(value: str | None) -> str:
 _PLAIN = {False: RouteOptions(), True: RouteOptions(stream=True)}
 
 
-def route_options(request: ChatRequest) -> RouteOptions:
-    if (
-        not isinstance(request.provider, dict)
-        and request.models is None
-        and request.endpoint_id is None
-        and request.service_tier is None
-        and request.region is None
-        and request.timeout is None
-    ):
-        return _PLAIN[bool(request.stream)]  # the common request names no routing preference
-    prefs = provider_prefs(request.provider) if isinstance(request.provider, dict) else ProviderPrefs()
-    if request.models is not None and not all(request.models):
+def route_options(request: GatewayRequest[ChatRequest]) -> RouteOptions:
+    """The routing preferences of a request: its options (`GatewayOptions`) and the body's `service_tier`."""
+    body, opts = request.body, request.options
+    if not opts.routes and body.service_tier is None:
+        return _PLAIN[bool(body.stream)]  # the common request names no routing preference
+    prefs = provider_prefs(opts.provider) if isinstance(opts.provider, dict) else ProviderPrefs()
+    if opts.models is not None and not all(opts.models):
         raise InvalidRequest("Invalid value for 'models': model names must not be empty.", param="models")
     return RouteOptions(
-        stream=bool(request.stream),
+        stream=bool(body.stream),
         prefs=prefs,
-        models=tuple(request.models) if request.models is not None else None,
-        endpoint_id=request.endpoint_id,
-        service_tier=service_tier(request.service_tier),
-        region=request.region,
-        timeout=request.timeout,
+        models=opts.models,
+        endpoint_id=opts.endpoint_id,
+        service_tier=service_tier(body.service_tier),
+        region=opts.region,
+        timeout=opts.timeout,
     )

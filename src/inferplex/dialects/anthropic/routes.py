@@ -22,13 +22,20 @@ from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest, parse
 from inferplex.context import Context
-from inferplex.dialects.anthropic.translate import MessageStreamWriter, error_body, to_canonical, to_message
+from inferplex.dialects.anthropic.translate import (
+    MessageStreamWriter,
+    error_body,
+    strip_anthropic,
+    to_canonical,
+    to_message,
+)
 from inferplex.dialects.anthropic.wire import CountTokensRequest, MessagesRequest
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest
 from inferplex.families.token_count import TOKEN_COUNT
+from inferplex.gateway_request import NO_OPTIONS, GatewayRequest
 from inferplex.pipeline import ChatStream
 from inferplex.providers.failures import UpstreamOverloaded
 from inferplex.services import Services
@@ -113,25 +120,28 @@ async def render_stream(stream: ChatStream, writer: MessageStreamWriter) -> Asyn
         await stream.aclose()
 
 
-def _canonical(wire: CountTokensRequest, request: Request) -> tuple[dict[str, Any], dict[str, Any], ChatRequest]:
-    full, raw = to_canonical(wire)
+def _canonical(wire: CountTokensRequest, request: Request) -> tuple[dict[str, Any], GatewayRequest[ChatRequest]]:
+    """The canonical request (`full`, Anthropic's details kept for an Anthropic target) and the request to
+    run: an OpenAI-compatible upstream is sent it without them (`strip_anthropic`), derived again the same
+    way when a stage rewrites the body. The Anthropic API has no gateway options: all are the defaults."""
+    full, stripped = to_canonical(wire)
     betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()]
     if betas:
         full.setdefault("anthropic_extra", {})["betas"] = betas
-    return full, raw, parse(ChatRequest, full)
+    return full, GatewayRequest(parse(ChatRequest, full), NO_OPTIONS, stripped, strip_anthropic)
 
 
 async def messages(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     body = await read_json(request, services.max_body_bytes, services.json_limits)
     wire: MessagesRequest = parse(MessagesRequest, body)
-    full, raw, chat = _canonical(wire, request)
+    full, chat = _canonical(wire, request)
     if wire.stream:
-        stream = await services.pipeline.chat_stream(chat, raw, ctx)
+        stream = await services.pipeline.chat_stream(chat, ctx)
         _note_dropped(ctx, full)
         writer = MessageStreamWriter(wire.model, estimate_input_tokens(full))
         return SSEResponse(render_stream(stream, writer), _headers(ctx))  # type: ignore[return-value]
-    response = await services.pipeline.chat(chat, raw, ctx)
+    response = await services.pipeline.chat(chat, ctx)
     _note_dropped(ctx, full)
     return json_response(to_message(response, wire.model), _headers(ctx))
 
@@ -142,11 +152,11 @@ async def count_tokens(request: Request, ctx: Context) -> Response:
     wire: CountTokensRequest = parse(CountTokensRequest, body)
     if not wire.messages:
         raise InvalidRequest("messages: at least one message is required", param="messages")
-    full, _, chat = _canonical(wire, request)
-    resolved = services.pipeline.resolve(ctx, chat.model, chat.provider_name, TOKEN_COUNT)
+    full, chat = _canonical(wire, request)
+    resolved = services.pipeline.resolve(ctx, chat.body.model, chat.options.provider_name, TOKEN_COUNT)
     target = ctx.target = resolved.targets[0]
     counter = TOKEN_COUNT.implemented_by(services.pipeline.adapters[target.provider.name])
-    count = await counter.count_tokens(chat, target) if counter is not None else estimate_input_tokens(full)
+    count = await counter.count_tokens(chat.body, target) if counter is not None else estimate_input_tokens(full)
     return json_response({"input_tokens": count}, _headers(ctx))
 
 
