@@ -1,4 +1,10 @@
-"""The Anthropic adapter end to end: the official `openai` SDK -> gateway -> a fake Anthropic that validates."""
+"""What is Anthropic's own, end to end: the official `openai` SDK -> gateway -> a fake Anthropic that validates.
+
+Its headers and system prompt, role merging, tool_use/tool_result shapes, images, JSON schema (native or by a
+forced tool), thinking and reasoning_effort, cached-input usage, its refusal, its error bodies, and the
+parameters it cannot take. What every kind owes a caller (streaming, an unknown finish reason, 429, overload,
+a mid-stream failure, hang-up on chat completions, drop_params, n) is in test_contract.py.
+"""
 
 from __future__ import annotations
 
@@ -60,6 +66,7 @@ def test_buffered_chat_headers_and_system_prompt(client: openai.OpenAI, fake_ant
 
 
 def test_streamed_chat_with_usage(client: openai.OpenAI) -> None:
+    """The usage is message_delta's count (message_start says 1 output token), not one or the sum."""
     stream = client.chat.completions.create(
         model="claude-echo",
         messages=[{"role": "user", "content": "a streamed answer please"}],
@@ -71,13 +78,6 @@ def test_streamed_chat_with_usage(client: openai.OpenAI) -> None:
     assert text == "echo: a streamed answer please"
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
     assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
-
-
-def test_stream_without_include_usage_hides_the_usage_chunk(client: openai.OpenAI) -> None:
-    chunks = list(
-        client.chat.completions.create(model="claude-echo", messages=[{"role": "user", "content": "hi"}], stream=True)
-    )
-    assert all(c.choices for c in chunks)
 
 
 def test_multi_turn_merges_roles_and_keeps_alternation(client: openai.OpenAI, fake_anthropic: FakeAnthropic) -> None:
@@ -228,22 +228,16 @@ def test_usage_counts_cached_input(client: openai.OpenAI) -> None:
     assert last.usage is not None and last.usage.prompt_tokens == 121
 
 
-def test_reasoning_content_and_unknown_values(client: openai.OpenAI) -> None:
+def test_reasoning_content_and_refusal(client: openai.OpenAI) -> None:
     thought = client.chat.completions.create(model="claude-think", messages=[{"role": "user", "content": "x"}])
     assert (thought.choices[0].message.model_extra or {})["reasoning_content"] == "Let me think."
-    future = client.chat.completions.create(model="claude-future", messages=[{"role": "user", "content": "x"}])
-    assert future.choices[0].finish_reason == "stop" and future.choices[0].message.content == "echo: x"
-    chunks = list(
-        client.chat.completions.create(model="claude-future", messages=[{"role": "user", "content": "x"}], stream=True)
-    )
-    assert chunks[-1].choices[0].finish_reason == "stop"
     refused = client.chat.completions.create(model="claude-refusal", messages=[{"role": "user", "content": "x"}])
     assert refused.choices[0].finish_reason == "content_filter"
 
 
-def test_n_is_emulated_by_parallel_calls(client: openai.OpenAI) -> None:
+def test_n_by_parallel_calls_counts_every_call(client: openai.OpenAI) -> None:
+    """Anthropic has no `n`: the answer's usage is the sum of the n calls' (the choices are in the contract)."""
     done = client.chat.completions.create(model="claude-echo", messages=[{"role": "user", "content": "hi"}], n=3)
-    assert [c.index for c in done.choices] == [0, 1, 2]
     assert done.usage is not None and done.usage.completion_tokens == 6
     chunks = list(
         client.chat.completions.create(
@@ -254,11 +248,6 @@ def test_n_is_emulated_by_parallel_calls(client: openai.OpenAI) -> None:
             stream_options={"include_usage": True},
         )
     )
-    texts = {
-        i: "".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i)
-        for i in (0, 1)
-    }
-    assert texts == {0: "echo: hi", 1: "echo: hi"}
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 4
 
 
@@ -292,11 +281,7 @@ def test_streaming_is_emulated_for_a_model_without_it(client: openai.OpenAI, fak
 def test_provider_errors_keep_their_message(client: openai.OpenAI) -> None:
     with pytest.raises(openai.InternalServerError) as overloaded:
         client.chat.completions.create(model="claude-529", messages=[{"role": "user", "content": "x"}])
-    assert overloaded.value.status_code == 503 and overloaded.value.body["message"] == "Overloaded"  # type: ignore[index]
-    assert overloaded.value.body["code"] == "upstream_overloaded"  # type: ignore[index]
-    with pytest.raises(openai.RateLimitError) as limited:
-        client.chat.completions.create(model="claude-429", messages=[{"role": "user", "content": "x"}])
-    assert limited.value.response.headers["retry-after"] == "7"
+    assert overloaded.value.body["message"] == "Overloaded"  # type: ignore[index]
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(model="claude-400", messages=[{"role": "user", "content": "x"}])
     assert bad.value.body["message"] == "fake failure 400"  # type: ignore[index]
@@ -305,7 +290,7 @@ def test_provider_errors_keep_their_message(client: openai.OpenAI) -> None:
     assert "first message must use the" in rejected.value.message
 
 
-def test_error_in_the_middle_of_a_stream(native_gateway: GatewayServer) -> None:
+def test_an_error_event_mid_stream_keeps_anthropics_message(native_gateway: GatewayServer) -> None:
     with httpx.stream(
         "POST",
         native_gateway.base_url + "/chat/completions",
@@ -313,21 +298,19 @@ def test_error_in_the_middle_of_a_stream(native_gateway: GatewayServer) -> None:
         json={"model": "claude-midstream", "stream": True, "messages": [{"role": "user", "content": "x"}]},
     ) as resp:
         body = resp.read().decode()
-    assert resp.status_code == 200
-    assert '"content":"echo: x"' in body
     events = [line[6:] for line in body.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
     assert error["message"] == "Overloaded" and error["code"] == "upstream_overloaded"
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages"])
-def test_a_caller_hanging_up_cancels_the_upstream(
-    native_gateway: GatewayServer, fake_anthropic: FakeAnthropic, path: str
+def test_a_caller_hanging_up_on_messages_cancels_the_upstream(
+    native_gateway: GatewayServer, fake_anthropic: FakeAnthropic
 ) -> None:
+    """Anthropic's own dialect in front of it; chat completions is in the contract."""
     before = len(fake_anthropic.disconnects)
     body = {"model": "claude-slow", "stream": True, "max_tokens": 100, "messages": [{"role": "user", "content": "x"}]}
-    with httpx.stream("POST", native_gateway.url + path, headers=native_gateway.auth, json=body) as resp:
+    with httpx.stream("POST", native_gateway.url + "/v1/messages", headers=native_gateway.auth, json=body) as resp:
         for line in resp.iter_lines():
             if "tick" in line:
                 break

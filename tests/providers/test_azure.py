@@ -1,4 +1,8 @@
-"""Azure OpenAI end to end: deployment URLs, `api-key`, and content-filter results passed through."""
+"""What is Azure's own, end to end: deployment URLs, `api-version`, `api-key`, content-filter results passed
+through (buffered, streamed, and as Anthropic's `refusal`), its error bodies, and what a model's capabilities
+keep from it. What every kind owes a caller (streaming, 429, overload, a mid-stream failure, hang-up,
+drop_params, n) is in test_contract.py.
+"""
 
 from __future__ import annotations
 
@@ -32,17 +36,7 @@ def test_deployment_url_key_and_version(client: openai.OpenAI, fake_azure: FakeA
     assert body["choices"][0]["content_filter_results"]["violence"]["severity"] == "safe"
 
 
-def test_streams_and_content_filter(client: openai.OpenAI) -> None:
-    chunks = list(
-        client.chat.completions.create(
-            model="azure-echo",
-            messages=[{"role": "user", "content": "a b"}],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-    )
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "echo: a b"
-    assert chunks[-1].usage is not None
+def test_content_filter_buffered_and_streamed(client: openai.OpenAI) -> None:
     filtered = client.chat.completions.create(model="azure-filtered", messages=[{"role": "user", "content": "x"}])
     assert filtered.choices[0].finish_reason == "content_filter"
     results = (filtered.choices[0].model_extra or {})["content_filter_results"]

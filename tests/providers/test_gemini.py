@@ -1,4 +1,10 @@
-"""The Gemini adapter end to end: the official `openai` SDK -> gateway -> a fake Gemini that validates."""
+"""What is Gemini's own, end to end: the official `openai` SDK -> gateway -> a fake Gemini that validates.
+
+Its key header, systemInstruction and generationConfig, `alt=sse`, function calls and thought signatures,
+inline images, JSON schema, safety finishes, cached-input usage, thoughts, its error bodies and what it
+cannot take. What every kind owes a caller (streaming, an unknown finish reason, 429, overload, a mid-stream
+failure, hang-up, drop_params, n) is in test_contract.py.
+"""
 
 from __future__ import annotations
 
@@ -108,7 +114,7 @@ def test_thought_signatures_survive_the_round_trip(client: openai.OpenAI, fake_g
     assert "thought_signature" in err.value.body["message"]  # type: ignore[index]
 
 
-def test_images_json_schema_and_n(client: openai.OpenAI, fake_gemini: FakeGemini) -> None:
+def test_images_and_json_schema(client: openai.OpenAI, fake_gemini: FakeGemini) -> None:
     content: Any = [
         {"type": "text", "text": "what"},
         {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
@@ -124,11 +130,9 @@ def test_images_json_schema_and_n(client: openai.OpenAI, fake_gemini: FakeGemini
         response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
     )
     assert json.loads(done.choices[0].message.content or "") == {"city": "Paris"}
-    two = client.chat.completions.create(model="gemini-echo", messages=[{"role": "user", "content": "x"}], n=2)
-    assert [c.index for c in two.choices] == [0, 1]
 
 
-def test_safety_cache_reasoning_and_unknown_values(client: openai.OpenAI) -> None:
+def test_safety_cache_and_reasoning(client: openai.OpenAI) -> None:
     assert (
         client.chat.completions.create(model="gemini-safety", messages=[{"role": "user", "content": "x"}])
         .choices[0]
@@ -150,17 +154,12 @@ def test_safety_cache_reasoning_and_unknown_values(client: openai.OpenAI) -> Non
     assert cached.usage.prompt_tokens == 51 and cached.usage.prompt_tokens_details.cached_tokens == 50
     thought = client.chat.completions.create(model="gemini-think", messages=[{"role": "user", "content": "x"}])
     assert (thought.choices[0].message.model_extra or {})["reasoning_content"] == "Thinking it over."
-    future = client.chat.completions.create(model="gemini-future", messages=[{"role": "user", "content": "x"}])
-    assert future.choices[0].finish_reason == "stop" and future.choices[0].message.content == "echo: x"
 
 
-def test_errors(client: openai.OpenAI) -> None:
+def test_errors_keep_geminis_message(client: openai.OpenAI) -> None:
     with pytest.raises(openai.InternalServerError) as overloaded:
         client.chat.completions.create(model="gemini-error-503", messages=[{"role": "user", "content": "x"}])
-    assert overloaded.value.status_code == 503
     assert overloaded.value.body["message"] == "The model is overloaded. Please try again later."  # type: ignore[index]
-    with pytest.raises(openai.RateLimitError):
-        client.chat.completions.create(model="gemini-error-429", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(openai.BadRequestError) as bad:
         client.chat.completions.create(
             model="gemini-error-400", messages=[{"role": "user", "content": "x"}], stream=True

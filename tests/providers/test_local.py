@@ -1,4 +1,9 @@
-"""The bundled local models through HTTP, with the official OpenAI SDK: the default config, no key upstream.
+"""What is the bundled local models' own, through HTTP with the official OpenAI SDK: the default config, no key.
+
+The chat template's tokens counted, streams token by token that match a buffered call, exact max_tokens and
+stop, seeds, the context window, grammar-constrained tool calls and JSON, embeddings, the event loop kept
+free, hang-up stopping the generation, and queueing. What every kind owes a caller (buffered, streamed with
+usage last, drop_params, n) is in test_contract.py.
 
 These run the real SmolLM2-135M (llama.cpp) and all-MiniLM-L6-v2 shipped by `make test`'s install, so they
 need no network. Generations are kept short so that the whole file stays well under a minute and a half.
@@ -45,16 +50,13 @@ def client(local_gateway: GatewayServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=local_gateway.base_url, api_key=local_gateway.master_key, max_retries=0)
 
 
-def test_chat_buffered(client: openai.OpenAI) -> None:
+def test_chat_buffered_counts_the_chat_template(client: openai.OpenAI) -> None:
+    """Three words of prompt, but the template's default system prompt is counted too."""
     r = client.chat.completions.create(
         model=CHAT, messages=[{"role": "user", "content": "Say hello."}], max_tokens=16, seed=1
     )
-    choice = r.choices[0]
     assert r.model == CHAT
-    assert isinstance(choice.message.content, str) and choice.message.content
-    assert choice.finish_reason in ("stop", "length")
     assert r.usage is not None and r.usage.prompt_tokens > 10 and 0 < r.usage.completion_tokens <= 16
-    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
 
 def test_stream_matches_buffered_and_reports_usage(client: openai.OpenAI) -> None:
@@ -69,9 +71,6 @@ def test_stream_matches_buffered_and_reports_usage(client: openai.OpenAI) -> Non
     assert finishes == [buffered.choices[0].finish_reason]
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == buffered.usage.completion_tokens
-    # Without include_usage the usage chunk is not shown.
-    plain = list(client.chat.completions.create(**args, stream=True))
-    assert all(c.choices for c in plain)
 
 
 def test_max_tokens_gives_length_and_exact_count(client: openai.OpenAI) -> None:
@@ -93,14 +92,11 @@ def test_stop_sequence_is_honoured(client: openai.OpenAI) -> None:
     assert cut.choices[0].message.content == full[: full.index(stop)]
 
 
-def test_same_seed_same_text_and_n(client: openai.OpenAI) -> None:
+def test_same_seed_same_text(client: openai.OpenAI) -> None:
     args: Any = {"model": CHAT, "messages": STORY, "max_tokens": 16, "temperature": 1.0, "seed": 1234}
     a = client.chat.completions.create(**args).choices[0].message.content
     b = client.chat.completions.create(**args).choices[0].message.content
     assert a == b
-    two = client.chat.completions.create(**{**args, "max_tokens": 8}, n=2)
-    assert [c.index for c in two.choices] == [0, 1]
-    assert all(c.message.content for c in two.choices)
 
 
 def test_context_overflow_is_400(client: openai.OpenAI) -> None:
