@@ -130,11 +130,14 @@ class _Decider:
             self.updates[name] = None
 
 
-def _uses_cache_control(request: ChatRequest) -> bool:
-    """Whether `cache_control` is set on the request, a content part or a tool (Anthropic's prompt caching)."""
+def uses_cache_control(request: ChatRequest) -> bool:
+    """Whether `cache_control` is set on the request, a message (a tool result), a content part or a tool
+    (Anthropic's prompt caching)."""
     if (request.model_extra or {}).get("cache_control") is not None:
         return True
     for m in request.messages:
+        if (m.model_extra or {}).get("cache_control"):
+            return True
         if isinstance(m.content, list) and any((p.model_extra or {}).get("cache_control") for p in m.content):
             return True
     return any((t.model_extra or {}).get("cache_control") for t in request.tools or ())
@@ -182,7 +185,7 @@ def plan(
             for name in names:
                 if name in set_fields and getattr(request, name, None) not in _HARMLESS:
                     d.cannot(name, support, f"honour {name}")
-    if provider.cache_control is not Support.NATIVE and _uses_cache_control(request):
+    if provider.cache_control is not Support.NATIVE and uses_cache_control(request):
         d.cannot("cache_control", provider.cache_control, "cache prompt prefixes", ())
     fan_out = 1
     if request.n is not None and request.n > 1:

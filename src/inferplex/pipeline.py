@@ -22,17 +22,16 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 
 from inferplex.accounts.delivered import counted_prompt_tokens
 from inferplex.accounts.pricing import estimate_output_tokens
-from inferplex.canonical import ChatRequest, EmbeddingRequest
+from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
 from inferplex.context import Context
 from inferplex.errors import GatewayError, InternalError, UpstreamError
 from inferplex.families.base import Family
 from inferplex.families.chat import CHAT
-from inferplex.families.embeddings import EMBEDDINGS
 from inferplex.gateway_request import GatewayRequest
 from inferplex.providers.base import Adapter
-from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Usage
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, Usage
 from inferplex.routing.options import route_options
 from inferplex.targets import Target
 from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
@@ -54,7 +53,7 @@ class Admission(Protocol):
 
 class Guard(Protocol):
     async def admit(
-        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: GatewayRequest[Any]
+        self, ctx: Context, family: Family[Any, Any, Any], model: ModelConfig, request: GatewayRequest[Any]
     ) -> Admission:
         """Enforce limits and reserve the worst-case cost; raise a GatewayError to refuse."""
         ...
@@ -97,7 +96,7 @@ class OpenGuard:
     """No limits, no billing: the single-user default."""
 
     async def admit(
-        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: GatewayRequest[Any]
+        self, ctx: Context, family: Family[Any, Any, Any], model: ModelConfig, request: GatewayRequest[Any]
     ) -> Admission:
         return _Settled()
 
@@ -301,30 +300,31 @@ class Pipeline:
         self.router: Router = router or FirstTarget()
         self._processors = processors
 
-    def resolve(self, ctx: Context, model: str, provider: str | None, family: Family[Any, Any]) -> Resolved:
+    def resolve(self, ctx: Context, model: str, provider: str | None, family: Family[Any, Any, Any]) -> Resolved:
         """The model and its targets, for a caller allowed to use it (a 400/403/404 in the caller's dialect)."""
         resolved = self.catalog.resolve(model, provider, kind=family.model_type)
         ctx.principal.require_model(resolved.model.name)
         ctx.model = resolved.model
         return resolved
 
-    def adapter(self, family: Family[Any, Iface], target: Target) -> Iface:
+    def adapter(self, family: Family[Any, Iface, Any], target: Target) -> Iface:
         """The target's adapter, as the family's interface: `families.registry.check_adapters` made sure at
         start-up that every deployment of a model of the family's type is on a provider that implements it."""
         return cast(Iface, self.adapters[target.provider.name])
 
-    async def run(
-        self,
-        family: Family[Any, Any],
-        ctx: Context,
-        request: GatewayRequest[Any],
-        model: str,
-        provider: str | None,
-        call: Callable[[Target], Awaitable[M]],
-    ) -> M:
-        """The path every family without processors or streams takes: resolve, admit, route, settle."""
-        resolved = self.resolve(ctx, model, provider, family)
+    async def run(self, family: Family[Any, Any, M], ctx: Context, request: GatewayRequest[Any]) -> M:
+        """The path of every family without processors or streams: resolve, admit, route, settle. Each
+        attempt is the family's `invoke` on the target's adapter; a new family needs nothing here."""
+        invoke = family.invoke
+        if invoke is None:
+            raise TypeError(f"the {family.name} family has no single call to route")
+        resolved = self.resolve(ctx, request.body.model, request.options.provider_name, family)
         admission = await self.guard.admit(ctx, family, resolved.model, request)
+
+        async def call(target: Target) -> M:
+            ctx.timings.mark_upstream_start()
+            return await invoke(self.adapter(family, target), request, target, ctx.info)
+
         response = await self._routed(ctx, resolved, admission, call)
         ctx.usage = cast("Usage | None", response.get("usage"))
         ctx.response = response
@@ -420,10 +420,3 @@ class Pipeline:
         if run is not None:
             stream.wrap(run.stream)
         return stream
-
-    async def embed(self, request: GatewayRequest[EmbeddingRequest], ctx: Context) -> EmbeddingList:
-        async def call(target: Target) -> EmbeddingList:
-            ctx.timings.mark_upstream_start()
-            return await self.adapter(EMBEDDINGS, target).embed(request, target, ctx.info)
-
-        return await self.run(EMBEDDINGS, ctx, request, request.body.model, request.options.provider_name, call)

@@ -86,7 +86,7 @@ class AccountGuard:
         self.config = config
 
     async def admit(
-        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: GatewayRequest[Any]
+        self, ctx: Context, family: Family[Any, Any, Any], model: ModelConfig, request: GatewayRequest[Any]
     ) -> Admission:
         p = ctx.principal
         if _option(request.options.log_response_body, self.config.log_response_body):
@@ -145,7 +145,7 @@ class AccountGuard:
         held.append(_Held(key, ctx.request_id))
 
     async def _reserve(
-        self, ctx: Context, family: Family[Any, Any], model: ModelConfig, request: GatewayRequest[Any], prompt: int
+        self, ctx: Context, family: Family[Any, Any, Any], model: ModelConfig, request: GatewayRequest[Any], prompt: int
     ) -> int:
         p = ctx.principal
         if p.account_id is None:

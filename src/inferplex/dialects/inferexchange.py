@@ -28,4 +28,4 @@ routes = [
     ),
 ]
 
-DIALECT = Dialect("inferexchange", routes, render_error, OPENAI.error_body, ("/api/v1/",))
+DIALECT = Dialect("inferexchange", routes, render_error, OPENAI.error_body, ("/api/v1/",), OPENAI.renders)

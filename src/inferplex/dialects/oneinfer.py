@@ -38,14 +38,17 @@ from inferplex.canonical import ChatRequest, most_telling, parse
 from inferplex.catalog import Catalog
 from inferplex.config import ModelConfig
 from inferplex.context import Context
+from inferplex.dialects.answer import answer_chat
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.forms import FieldKind, read_form
-from inferplex.dialects.registry import Dialect
+from inferplex.dialects.registry import Dialect, Rendering
 from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, UnsupportedMediaType
+from inferplex.families.chat import CHAT
 from inferplex.gateway_request import ROUTING_KEYS, Flags, GatewayRequest, RoutingFields, flags, options, split
 from inferplex.json_limits import JsonLimits
 from inferplex.pipeline import ChatStream
+from inferplex.responses import ChatCompletion
 from inferplex.services import Services
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
@@ -254,17 +257,20 @@ async def chat_completions(request: Request, ctx: Context) -> Response:
     full, found, checked = to_canonical(
         await read_body(request, services.max_body_bytes, services.json_limits), catalog
     )
-    chat = parse_chat(full, found, checked)
-    if chat.body.stream:
-        stream = await services.pipeline.chat_stream(chat, ctx)
-        return SSEResponse(render_stream(stream), ctx.headers())  # type: ignore[return-value]
-    response = await services.pipeline.chat(chat, ctx)
+    return await answer_chat(DIALECT, services, parse_chat(full, found, checked), ctx)
+
+
+def _chat_result(response: ChatCompletion, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
     envelope = {
         "api_details": {"api_status": "success", "api_message": SUCCESS_MESSAGE},
         "data": render_completion(response, ctx),
         "error": {},
     }
     return json_response(envelope, ctx.headers())
+
+
+def _chat_stream(stream: ChatStream, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
+    return SSEResponse(render_stream(stream), ctx.headers())  # type: ignore[return-value]
 
 
 def _not_yet(what: str) -> Handler:
@@ -293,4 +299,6 @@ def _error_body(err: GatewayError) -> dict[str, Any]:
     return error_envelope(err, err.status)
 
 
-DIALECT = Dialect("oneinfer", routes, render_error, _error_body, ("/v1/ula/",))
+DIALECT = Dialect(
+    "oneinfer", routes, render_error, _error_body, ("/v1/ula/",), {CHAT.name: Rendering(_chat_result, _chat_stream)}
+)

@@ -20,13 +20,16 @@ from inferplex.accounts.guard import add_cost
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import ModelConfig
 from inferplex.context import Context
+from inferplex.dialects.answer import answer, answer_chat
 from inferplex.dialects.failure import error_headers, stream_failure
-from inferplex.dialects.registry import Dialect
+from inferplex.dialects.registry import Dialect, Rendering
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, NotFound
+from inferplex.families.chat import CHAT
+from inferplex.families.embeddings import EMBEDDINGS
 from inferplex.gateway_request import GatewayRequest, parse_request
 from inferplex.pipeline import ChatStream
-from inferplex.responses import ChatCompletionChunk, Timings
+from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Timings
 from inferplex.services import Services
 from inferplex.sse import DONE, encode
 from inferplex.streaming import SSEResponse
@@ -88,28 +91,34 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     data = await read_json(request, services.max_body_bytes, services.json_limits)
-    return await answer_chat(services, parse_request(ChatRequest, data), ctx)
-
-
-async def answer_chat(services: Services, chat: GatewayRequest[ChatRequest], ctx: Context) -> Response:
-    """Run a parsed chat request and answer in OpenAI's shape: shared by the OpenAI-compatible dialects."""
-    if chat.body.stream:
-        stream = await services.pipeline.chat_stream(chat, ctx)
-        return SSEResponse(render_stream(stream, chat.body.wants_usage), _timing_headers(ctx, stream=True))  # type: ignore[return-value]
-    response = await services.pipeline.chat(chat, ctx)
-    timings = response["timings"] = ctx.timings.as_dict(ctx.completion_tokens)
-    add_cost(response, ctx)
-    return json_response(response, _timing_headers(ctx, stream=False, t=timings))
+    return await answer_chat(DIALECT, services, parse_request(ChatRequest, data), ctx)
 
 
 async def embeddings(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     data = await read_json(request, services.max_body_bytes, services.json_limits)
-    req = parse_request(EmbeddingRequest, data)
-    response = await services.pipeline.embed(req, ctx)
+    return await answer(DIALECT, EMBEDDINGS, services, parse_request(EmbeddingRequest, data), ctx)
+
+
+def _chat_result(response: ChatCompletion, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
+    timings = response["timings"] = ctx.timings.as_dict(ctx.completion_tokens)
+    add_cost(response, ctx)
+    return json_response(response, _timing_headers(ctx, stream=False, t=timings))
+
+
+def _chat_stream(stream: ChatStream, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
+    headers = _timing_headers(ctx, stream=True)
+    return SSEResponse(render_stream(stream, request.body.wants_usage), headers)  # type: ignore[return-value]
+
+
+def _embeddings_result(response: EmbeddingList, request: GatewayRequest[EmbeddingRequest], ctx: Context) -> Response:
     timings = response["timings"] = ctx.timings.as_dict()
     add_cost(response, ctx)
     return json_response(response, _timing_headers(ctx, stream=False, t=timings))
+
+
+# How the OpenAI-shaped dialects (this one, Unify's, InferExchange's) answer each family.
+RENDERS = {CHAT.name: Rendering(_chat_result, _chat_stream), EMBEDDINGS.name: Rendering(_embeddings_result)}
 
 
 def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:
@@ -203,4 +212,4 @@ def _error_body(err: GatewayError) -> dict[str, Any]:
     return err.to_openai()
 
 
-DIALECT = Dialect("openai", routes, render_error, _error_body, ("/v1/",))
+DIALECT = Dialect("openai", routes, render_error, _error_body, ("/v1/",), RENDERS)

@@ -1,7 +1,8 @@
 """Inbound dialects are plugins: entry points in the `inferplex.dialects` group, built-ins included.
 
 A dialect is one inbound API (OpenAI, Anthropic Messages, OneInfer, Unify, InferExchange): its routes, how
-it renders a route's failure, and how it shapes an error the gateway answers before any route runs
+it renders each endpoint family's answer (a result, and a stream for a family that streams), how it renders
+a route's failure, and how it shapes an error the gateway answers before any route runs
 (Starlette's 404 and 405, the HTTP server's 400, 414 and 431). For the last, each dialect declares the
 URL path prefixes it owns, and the longest one a path starts with picks the shape, so that a client reads
 those answers with the same parser as every other error; a path no dialect owns gets OpenAI's shape.
@@ -12,22 +13,37 @@ keeps `app.py` free of a list of dialect modules and of URL prefixes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from starlette.responses import Response
 from starlette.routing import BaseRoute
 
+from inferplex.context import Context
 from inferplex.edge import ErrorRenderer
 from inferplex.errors import GatewayError
+from inferplex.gateway_request import GatewayRequest
+from inferplex.pipeline import ChatStream
 from inferplex.plugins import PluginTable
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    """How a dialect answers one endpoint family: its buffered `result` (the family's canonical answer, with
+    the request it answers and the context), and `stream` for a family that streams. The road from a route's
+    parse to these is the same for every dialect (`dialects/answer.py`)."""
+
+    result: Callable[[Any, GatewayRequest[Any], Context], Response]
+    stream: Callable[[ChatStream, GatewayRequest[Any], Context], Response] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
     """One inbound API.
 
+    `renders` maps the name of each endpoint family the dialect serves (`families/`) to its `Rendering`;
     `render_error` answers a failure inside one of its routes (with the request's headers); `error_body`
     is the JSON body of an error made before any route ran, at `err.status`, for paths under `prefixes`.
     """
@@ -37,6 +53,7 @@ class Dialect:
     render_error: ErrorRenderer
     error_body: Callable[[GatewayError], dict[str, Any]]
     prefixes: tuple[str, ...] = ()
+    renders: Mapping[str, Rendering] = field(default_factory=dict)
 
 
 _BUILTIN = {

@@ -1,7 +1,7 @@
 """The Unify dialect: `POST /v0/chat/completions` and `GET /v0/endpoints`, for clients written for Unify.
 
 Unify is OpenAI's Chat Completions with two differences, so this module is a parser in front of the OpenAI
-dialect's own handler and renderers (`openai.answer_chat`, `openai.render_error`):
+dialect's own renderers (`openai.RENDERS`, `openai.render_error`):
 
 - `model` names an endpoint, `{model}@{provider}`. A model without a non-empty model and provider part is
   a 400 (`invalid_model`); a well-formed one the catalog does not serve is OpenAI's 404 (`model_not_found`
@@ -30,8 +30,9 @@ from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest
 from inferplex.context import Context
+from inferplex.dialects.answer import answer_chat
 from inferplex.dialects.openai import DIALECT as OPENAI
-from inferplex.dialects.openai import answer_chat, endpoint_rows, render_error
+from inferplex.dialects.openai import RENDERS, endpoint_rows, render_error
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest
@@ -87,7 +88,7 @@ async def chat_completions(request: Request, ctx: Context) -> Response:
     chat = parse_request(ChatRequest, raw)
     if chat.options.use_custom_keys:
         ctx.info.caller_key = _caller_key(request, services, model, provider)
-    return await answer_chat(services, chat, ctx)
+    return await answer_chat(DIALECT, services, chat, ctx)
 
 
 async def list_endpoints(request: Request, ctx: Context) -> Response:
@@ -110,4 +111,4 @@ routes = [
 ]
 
 # Unify's errors are OpenAI's (its docs defer to OpenAI's reference for them).
-DIALECT = Dialect("unify", routes, render_error, OPENAI.error_body, ("/v0/",))
+DIALECT = Dialect("unify", routes, render_error, OPENAI.error_body, ("/v0/",), RENDERS)

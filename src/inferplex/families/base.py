@@ -8,14 +8,18 @@ with one of these in it, plus its dialect routes and the adapters that implement
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from inferplex.config import ModelConfig
+from inferplex.gateway_request import GatewayRequest
+from inferplex.providers.base import CallInfo
+from inferplex.targets import Target
 
 Req = TypeVar("Req")
 Iface = TypeVar("Iface")
+Res = TypeVar("Res")
 
 
 class Unit(enum.Enum):
@@ -29,8 +33,9 @@ class Unit(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Family(Generic[Req, Iface]):
-    """One endpoint family.
+class Family(Generic[Req, Iface, Res]):
+    """One endpoint family: requests of type `Req` (the canonical body), served by adapters implementing
+    `Iface`, answered with `Res`.
 
     `interface` is a `runtime_checkable` Protocol: an adapter serves the family exactly when it implements
     it, which `supported_by` checks once at start-up (never a `getattr` per request, nor a method that
@@ -38,6 +43,9 @@ class Family(Generic[Req, Iface]):
     on a provider that chats; token counting is optional, and the gateway estimates where a provider cannot
     count. `estimate_input` and `max_output` give the worst case the guard reserves and rate-limits with,
     in `unit`s, before the call; `billed` is False for a family that never costs anything (token counting).
+    `invoke` is the one call of an attempt (`adapter.embed(request, target, info)`), which is all
+    `Pipeline.run` needs to resolve, admit, route and settle the family; None for chat, whose processors and
+    streams take their own path (`Pipeline.chat`, `chat_stream`), and for token counting, which is not routed.
     """
 
     name: str
@@ -46,6 +54,7 @@ class Family(Generic[Req, Iface]):
     unit: Unit
     estimate_input: Callable[[Req], int]
     max_output: Callable[[Req, ModelConfig, int], int]
+    invoke: Callable[[Iface, GatewayRequest[Any], Target, CallInfo], Awaitable[Res]] | None = None
     required: bool = True
     billed: bool = True
 

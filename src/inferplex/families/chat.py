@@ -59,7 +59,7 @@ def max_output_tokens(request: ChatRequest, model: ModelConfig, default: int) ->
     return limit * (request.n or 1)
 
 
-CHAT: Family[ChatRequest, ChatAdapter] = Family(
+CHAT: Family[ChatRequest, ChatAdapter, ChatCompletion] = Family(
     name="chat",
     model_type="chat",
     interface=ChatAdapter,

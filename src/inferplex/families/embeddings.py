@@ -29,11 +29,18 @@ def estimate_input_tokens(request: EmbeddingRequest) -> int:
     return math.ceil(len(orjson.dumps(request.input)) / 3) + 8
 
 
-EMBEDDINGS: Family[EmbeddingRequest, EmbeddingAdapter] = Family(
+async def invoke(
+    adapter: EmbeddingAdapter, request: GatewayRequest[EmbeddingRequest], target: Target, info: CallInfo
+) -> EmbeddingList:
+    return await adapter.embed(request, target, info)
+
+
+EMBEDDINGS: Family[EmbeddingRequest, EmbeddingAdapter, EmbeddingList] = Family(
     name="embedding",
     model_type="embedding",
     interface=EmbeddingAdapter,
     unit=Unit.TOKENS,
     estimate_input=estimate_input_tokens,
     max_output=no_output,
+    invoke=invoke,
 )

@@ -17,7 +17,7 @@ from inferplex.families.chat import CHAT
 from inferplex.families.embeddings import EMBEDDINGS
 from inferplex.families.token_count import TOKEN_COUNT
 
-FAMILIES: tuple[Family[Any, Any], ...] = (CHAT, EMBEDDINGS, TOKEN_COUNT)
+FAMILIES: tuple[Family[Any, Any, Any], ...] = (CHAT, EMBEDDINGS, TOKEN_COUNT)
 
 
 def model_types() -> set[str]:

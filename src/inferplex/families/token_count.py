@@ -19,7 +19,7 @@ class TokenCounter(Protocol):
     async def count_tokens(self, request: ChatRequest, target: Target) -> int: ...
 
 
-TOKEN_COUNT: Family[ChatRequest, TokenCounter] = Family(
+TOKEN_COUNT: Family[ChatRequest, TokenCounter, int] = Family(
     name="count_tokens",
     model_type="chat",
     interface=TokenCounter,

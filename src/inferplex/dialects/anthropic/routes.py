@@ -21,7 +21,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest, parse
+from inferplex.capabilities import uses_cache_control
 from inferplex.context import Context
+from inferplex.dialects.answer import answer_chat
 from inferplex.dialects.anthropic.translate import (
     MessageStreamWriter,
     error_body,
@@ -31,13 +33,15 @@ from inferplex.dialects.anthropic.translate import (
 )
 from inferplex.dialects.anthropic.wire import CountTokensRequest, MessagesRequest
 from inferplex.dialects.failure import error_headers, stream_failure
-from inferplex.dialects.registry import Dialect
+from inferplex.dialects.registry import Dialect, Rendering
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest
+from inferplex.families.chat import CHAT
 from inferplex.families.token_count import TOKEN_COUNT
 from inferplex.gateway_request import NO_OPTIONS, GatewayRequest
 from inferplex.pipeline import ChatStream
 from inferplex.providers.failures import UpstreamOverloaded
+from inferplex.responses import ChatCompletion
 from inferplex.services import Services
 from inferplex.streaming import SSEResponse
 
@@ -75,26 +79,20 @@ def render_error(err: GatewayError, ctx: Context) -> Response:
     return json_response(error_body(kind, err.message), headers, status)
 
 
-def _uses_cache_control(value: Any) -> bool:
-    if isinstance(value, dict):
-        return "cache_control" in value or any(_uses_cache_control(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_uses_cache_control(v) for v in value)
-    return False
-
-
-def _note_dropped(ctx: Context, full: dict[str, Any]) -> None:
-    """Name the Anthropic-only details a target that forwards the caller's JSON was not sent."""
+def _note_dropped(ctx: Context, chat: ChatRequest) -> None:
+    """Name the Anthropic-only details (extras of the canonical request) a target was not sent: all of them
+    for a target that forwards OpenAI's JSON, the Anthropic API's own ones for any other but Anthropic."""
     if ctx.target is None:
         return
     kind = ctx.target.provider.kind
+    extras = chat.model_extra or {}
     lost: list[str] = []
     if kind in _FORWARDS_JSON:
-        lost = [k for k in ("thinking", "top_k") if k in full]
-        if _uses_cache_control(full):
+        lost = [k for k in ("thinking", "top_k") if k in extras]
+        if uses_cache_control(chat):
             lost.append("cache_control")
     if kind != "anthropic":
-        extra = full.get("anthropic_extra") or {}
+        extra = extras.get("anthropic_extra") or {}
         lost += ["anthropic-beta" if k == "betas" else "server_tools" if k == "tools" else k for k in extra]
     if lost:
         ctx.info.dropped_params = sorted({*ctx.info.dropped_params, *lost})
@@ -135,15 +133,21 @@ async def messages(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     body = await read_json(request, services.max_body_bytes, services.json_limits)
     wire: MessagesRequest = parse(MessagesRequest, body)
-    full, chat = _canonical(wire, request)
-    if wire.stream:
-        stream = await services.pipeline.chat_stream(chat, ctx)
-        _note_dropped(ctx, full)
-        writer = MessageStreamWriter(wire.model, estimate_input_tokens(full))
-        return SSEResponse(render_stream(stream, writer), _headers(ctx))  # type: ignore[return-value]
-    response = await services.pipeline.chat(chat, ctx)
-    _note_dropped(ctx, full)
-    return json_response(to_message(response, wire.model), _headers(ctx))
+    _, chat = _canonical(wire, request)
+    return await answer_chat(DIALECT, services, chat, ctx)
+
+
+def _message(response: ChatCompletion, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
+    _note_dropped(ctx, request.body)
+    return json_response(to_message(response, request.body.model), _headers(ctx))
+
+
+def _message_stream(stream: ChatStream, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
+    """Anthropic's event grammar; `message_start` carries an input estimate made from what an OpenAI-compatible
+    upstream is sent (`wire()`, the caller's request without Anthropic's details: the same texts)."""
+    _note_dropped(ctx, request.body)
+    writer = MessageStreamWriter(request.body.model, estimate_input_tokens(request.wire()))
+    return SSEResponse(render_stream(stream, writer), _headers(ctx))  # type: ignore[return-value]
 
 
 async def count_tokens(request: Request, ctx: Context) -> Response:
@@ -197,4 +201,6 @@ def _error_body(err: GatewayError) -> dict[str, Any]:
     return error_body(error_shape(err)[1], err.message)
 
 
-DIALECT = Dialect("anthropic", routes, render_error, _error_body, ("/v1/messages",))
+DIALECT = Dialect(
+    "anthropic", routes, render_error, _error_body, ("/v1/messages",), {CHAT.name: Rendering(_message, _message_stream)}
+)
