@@ -20,12 +20,12 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from inferplex.canonical import ChatRequest, EmbeddingRequest, parse
+from inferplex.canonical import EmbeddingRequest, parse
 from inferplex.errors import InvalidRequest
 from inferplex.processors.spec import Requested, requested
 
-B = TypeVar("B", ChatRequest, EmbeddingRequest)
-C = TypeVar("C", ChatRequest, EmbeddingRequest)
+B = TypeVar("B", bound=BaseModel)  # a family's canonical request
+C = TypeVar("C", bound=BaseModel)
 
 # How a dialect turns the JSON derived from a rewritten body into what an OpenAI-compatible upstream is sent
 # (the Anthropic dialect strips its own keys); None: as it is.
