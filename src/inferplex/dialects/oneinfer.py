@@ -1,4 +1,6 @@
-"""The OneInfer dialect ("ULA"): `POST /v1/ula/chat/completions`, for clients written for OneInfer.
+"""The OneInfer dialect ("ULA"): `POST /v1/ula/chat/completions`, for clients written for OneInfer, with
+the token exchange its clients start with (`POST /v1/ula/oauth-authentication`) and its models list
+(`GET /v1/ula/models`, inferred); see "Keys, tokens and models" below.
 
 A request names `provider` (default `"openai"`) and `model` beside OpenAI-style `messages`; OneInfer's
 defaults are applied (temperature 0.7, max_tokens 1000) and the result is the canonical request, run on the
@@ -20,6 +22,17 @@ Status codes are OneInfer's table, read as follows:
   neither `application/json` nor `multipart/form-data`; 500 an unexpected failure. Statuses the table does
   not list keep the gateway's meaning (413 too large, 429 limits, 502/503/504 provider failures), and the
   media routes (image, video, text-to-speech) answer 501 until the media issue lands.
+
+Keys, tokens and models. OneInfer's clients trade their key for a token with
+`POST /v1/ula/oauth-authentication?api_key=KEY` (no body) and send `Authorization: Bearer <token>` after;
+its docs also accept the raw key as `Authorization: Bearer KEY` and as `X-API-KEY: KEY`, which every route
+of the gateway reads (auth.credential). The answer is `{"access_token"}` alone, as published, and the token
+is the gateway's own (accounts/tokens.py, as `/v1/auth/token` mints it): the key's scopes, bound to its
+secret, living `accounts.token_ttl_s` (OneInfer publishes no lifetime). Any key that does not authenticate
+(unknown, revoked, expired, or a token in the key's place) is one 403, "API key is invalid or expired.",
+that never says which. `GET /v1/ula/models` answers the catalogue's models the caller may use, in the
+envelope: OneInfer's docs point to a "GET Models" page for "provider and model details" and context
+lengths, and that page was never found, so its path and fields are ours.
 """
 
 from __future__ import annotations
@@ -34,6 +47,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from inferplex.accounts import tokens
+from inferplex.accounts.wiring import AccountServices
 from inferplex.canonical import ChatRequest, most_telling, parse
 from inferplex.catalog import Catalog
 from inferplex.config import ModelConfig
@@ -43,7 +58,7 @@ from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.forms import FieldKind, read_form
 from inferplex.dialects.registry import Dialect, Rendering
 from inferplex.edge import Handler, endpoint, json_response, read_json
-from inferplex.errors import GatewayError, InvalidRequest, UnsupportedMediaType
+from inferplex.errors import GatewayError, InvalidRequest, PermissionDenied, Unauthenticated, UnsupportedMediaType
 from inferplex.families.chat import CHAT
 from inferplex.gateway_request import ROUTING_KEYS, Flags, GatewayRequest, RoutingFields, flags, options, split
 from inferplex.json_limits import JsonLimits
@@ -56,6 +71,8 @@ from inferplex.streaming import SSEResponse
 DEFAULT_PROVIDER = "openai"
 DEFAULTS = {"temperature": 0.7, "max_tokens": 1000}
 SUCCESS_MESSAGE = "Chat completion generated successfully."
+MODELS_MESSAGE = "Models retrieved successfully."  # inferred, in the chat message's style
+INVALID_KEY = "API key is invalid or expired."
 FORM_FIELDS: dict[str, FieldKind] = {
     "messages": "json",
     "stop": "json_or_text",
@@ -261,16 +278,88 @@ async def chat_completions(request: Request, ctx: Context) -> Response:
 
 
 def _chat_result(response: ChatCompletion, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
-    envelope = {
-        "api_details": {"api_status": "success", "api_message": SUCCESS_MESSAGE},
-        "data": render_completion(response, ctx),
-        "error": {},
-    }
-    return json_response(envelope, ctx.headers())
+    return json_response(_success(SUCCESS_MESSAGE, render_completion(response, ctx)), ctx.headers())
 
 
 def _chat_stream(stream: ChatStream, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
     return SSEResponse(render_stream(stream), ctx.headers())  # type: ignore[return-value]
+
+
+def _success(message: str, data: Any) -> dict[str, Any]:
+    return {"api_details": {"api_status": "success", "api_message": message}, "data": data, "error": {}}
+
+
+# ---- keys and tokens --------------------------------------------------------------------------------------
+
+
+def _invalid_key() -> PermissionDenied:
+    """OneInfer's one answer for a key that cannot be exchanged: the same whatever is wrong with it, so the
+    route tells a key-guesser nothing, and without the key (which is in the URL) anywhere in it."""
+    return PermissionDenied(INVALID_KEY, param="api_key", code="invalid_api_key")
+
+
+def _presenting(request: Request, key: str) -> Request:
+    """The request as if the key had come as `Authorization: Bearer`: the authenticator reads headers, and
+    every check it makes of the caller (the key's IP allowlist, its proxies' X-Forwarded-For) still sees
+    this caller. The caller's own credential headers are dropped, so only the query's key counts."""
+    kept = [(k, v) for k, v in request.scope["headers"] if k not in (b"authorization", b"x-api-key")]
+    header = (b"authorization", b"Bearer " + key.encode("utf-8", "replace"))
+    return Request({**request.scope, "headers": [*kept, header]})
+
+
+async def oauth_authentication(request: Request, ctx: Context) -> Response:
+    """Trade the query's API key for one of the gateway's short-lived tokens, minted as `/v1/auth/token`
+    mints them: the key's own scopes, bound to its current secret, so revoking or rotating the key ends the
+    token at once. A token is refused in the key's place: the route is for keys, and a token traded here
+    could otherwise outlive the token it came from."""
+    key = request.query_params.get("api_key")
+    if key is None:
+        raise _schema_error("Missing required query parameter: 'api_key'.", "api_key")
+    if key.startswith(tokens.TOKEN_PREFIX):
+        raise _invalid_key()
+    services: Services = request.app.state.services
+    try:
+        principal = ctx.principal = await services.auth.authenticate(_presenting(request, key))
+    except Unauthenticated:
+        raise _invalid_key() from None
+    accounts: AccountServices = request.app.state.accounts
+    expires_at = int(time.time()) + accounts.config.accounts.token_ttl_s
+    token = tokens.issue(accounts.token_secret, principal.key_id, principal.scopes, expires_at, principal.binding)
+    return json_response({"access_token": token}, ctx.headers())
+
+
+# ---- models -----------------------------------------------------------------------------------------------
+
+
+def model_entry(catalog: Catalog, model: ModelConfig) -> dict[str, Any]:
+    """One model as OneInfer's clients read it: the `model` and `provider` values its chat route takes,
+    what kind of model it is, its context length, and its prices per million tokens as decimal strings
+    (exact, as the OpenAI dialect's model card writes them)."""
+    p = model.pricing
+    return {
+        "model": model.name,
+        "display_name": model.display_name or model.name,
+        "description": model.description or "",
+        "providers": sorted({t.provider.name for t in catalog.targets(model)}),
+        "kind": model.type,
+        "context_length": model.context_window,
+        "max_output_tokens": model.max_output,
+        "pricing": {
+            "currency": "USD",
+            "unit": "per_million_tokens",
+            "input": str(p.input),
+            "output": str(p.output),
+            "cached_input": None if p.cached_input is None else str(p.cached_input),
+            "free": p.free,
+        },
+    }
+
+
+async def list_models(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    catalog = services.pipeline.catalog
+    data = [model_entry(catalog, m) for m in catalog.models if ctx.principal.may_use(m.name)]
+    return json_response(_success(MODELS_MESSAGE, data), ctx.headers())
 
 
 def _not_yet(what: str) -> Handler:
@@ -282,6 +371,12 @@ def _not_yet(what: str) -> Handler:
 
 routes = [
     Route("/v1/ula/chat/completions", endpoint(render_error, chat_completions, "chat", "oneinfer"), methods=["POST"]),
+    Route(
+        "/v1/ula/oauth-authentication",
+        endpoint(render_error, oauth_authentication, None, "oneinfer"),  # the key is in the query, not a header
+        methods=["POST"],
+    ),
+    Route("/v1/ula/models", endpoint(render_error, list_models, "models:read", "oneinfer"), methods=["GET"]),
     Route(
         "/v1/ula/generate-image",
         endpoint(render_error, _not_yet("Image generation"), "images", "oneinfer"),

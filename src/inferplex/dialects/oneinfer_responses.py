@@ -65,3 +65,44 @@ class OneInferStreamChunk(TypedDict):
     id: str
     text: str
     finish_reason: str | None
+
+
+@with_config(ConfigDict(extra="forbid"))
+class OneInferAccessToken(TypedDict):
+    """`POST /v1/ula/oauth-authentication`: OneInfer's one published key, outside the envelope; the token is
+    the gateway's own signed `ipxt.` token (accounts/tokens.py)."""
+
+    access_token: str
+
+
+class OneInferModelPricing(TypedDict):
+    """USD per million tokens, as decimal strings (the OpenAI dialect's model card writes them so too)."""
+
+    currency: Literal["USD"]
+    unit: Literal["per_million_tokens"]
+    input: str
+    output: str
+    cached_input: str | None
+    free: bool
+
+
+class OneInferModel(TypedDict):
+    """One catalogue model the caller may use: `model` and any of `providers` are what the chat route's
+    `model` and `provider` fields take."""
+
+    model: str
+    display_name: str
+    description: str
+    providers: list[str]
+    kind: Literal["chat", "embedding"]
+    context_length: int | None
+    max_output_tokens: int | None
+    pricing: OneInferModelPricing
+
+
+class OneInferModelsEnvelope(TypedDict):
+    """`GET /v1/ula/models` (inferred: OneInfer links a "GET Models" page that was never found)."""
+
+    api_details: OneInferApiDetails
+    data: list[OneInferModel]
+    error: OneInferEmpty
