@@ -80,7 +80,7 @@ def test_openai_sdk_works_unchanged(seed_gateway: GatewayServer) -> None:
     assert "llama-3.1-8b" in [m.id for m in client.models.list()]
 
 
-def test_models_list_carries_per_token_pricing(seed_gateway: GatewayServer) -> None:
+def test_models_list_carries_per_million_token_pricing(seed_gateway: GatewayServer) -> None:
     resp = httpx.get(seed_gateway.url + "/api/v1/models", headers=seed_gateway.auth, timeout=10)
     assert resp.status_code == 200
     body = resp.json()
@@ -88,8 +88,7 @@ def test_models_list_carries_per_token_pricing(seed_gateway: GatewayServer) -> N
     cards = {m["id"]: m for m in body["data"]}
     llama = cards["llama-3.1-8b"]
     assert llama["object"] == "model" and isinstance(llama["created"], int) and llama["owned_by"] == "groq"
-    assert llama["pricing"]["unit"] == "per_million_tokens"
-    assert (llama["pricing"]["input"], llama["pricing"]["output"]) == ("0.05", "0.08")
+    assert llama["pricing"] == {"prompt": "0.05", "completion": "0.08", "unit": "per_million_tokens"}
     one = httpx.get(seed_gateway.url + "/api/v1/models/llama-3.1-8b", headers=seed_gateway.auth, timeout=10)
     assert one.status_code == 200 and one.json()["id"] == "llama-3.1-8b"
 

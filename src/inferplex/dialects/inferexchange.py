@@ -1,31 +1,95 @@
 """The InferExchange dialect: `POST /api/v1/chat/completions` and `GET /api/v1/models`.
 
 InferExchange's API is OpenAI's Chat Completions under another prefix (its docs say so, and its request,
-response, stream and error shapes are OpenAI's), so its routes are the OpenAI dialect's own handlers
-mounted at `/api/v1`: one pipeline, one renderer, and so one billing path (per token, from the usage the
-provider reports). The models list is the OpenAI dialect's, whose cards carry each model's per-token
-`pricing`, which is where InferExchange's docs send readers for prices.
+response and stream shapes are OpenAI's), so its chat route is the OpenAI dialect's own handler mounted at
+`/api/v1`: one pipeline, one renderer, and so one billing path (per token, from the usage the provider
+reports). What it publishes of its own is kept here: per-route rate limits with `X-RateLimit-*` headers
+(`inferexchange_limits.py`), its error body for a 429 and for a model without serving capacity (a 503), and
+its model list, whose items carry `pricing: {prompt, completion, unit}`.
+
+Every other failure keeps OpenAI's error object: InferExchange publishes no other error body, and the
+clients it documents are OpenAI SDKs, which parse that one.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
-from inferplex.dialects.openai import DIALECT as OPENAI
-from inferplex.dialects.openai import chat_completions, get_model, list_models, render_error
+from inferplex.config import ModelConfig
+from inferplex.context import Context
+from inferplex.dialects.failure import error_headers
+from inferplex.dialects.inferexchange_limits import limited
+from inferplex.dialects.openai import RENDERS, chat_completions
 from inferplex.dialects.registry import Dialect
-from inferplex.edge import endpoint
+from inferplex.edge import Handler, endpoint, json_response
+from inferplex.errors import GatewayError, NotFound
+from inferplex.services import Services
+
+# The 503s that mean the model has nothing able to serve it: the router's `Unavailable` (no deployment could
+# serve), and a provider that says it is overloaded. Any other 503 is the gateway's own store or limits.
+_NO_CAPACITY = frozenset({"model_unavailable", "upstream_overloaded"})
+
+
+def _seconds(err: GatewayError) -> int:
+    """The wait a 429 announces, in the same whole seconds as its `Retry-After` (failure.error_headers)."""
+    return max(int((err.retry_after or 1) + 0.999), 1)
+
+
+def error_body(err: GatewayError) -> dict[str, Any]:
+    if err.status == 429:
+        message = f"Rate limit exceeded. Try again in {_seconds(err)} seconds."
+        return {"error": {"code": "RATE_LIMITED", "message": message}}
+    if err.status == 503:
+        code = "MODEL_UNAVAILABLE" if err.code in _NO_CAPACITY else "SERVICE_UNAVAILABLE"
+        return {"error": {"code": code, "message": err.message}}
+    return err.to_openai()
+
+
+def render_error(err: GatewayError, ctx: Context) -> Response:
+    headers = error_headers(err, ctx)
+    if err.status == 429:
+        headers["retry-after"] = str(_seconds(err))  # always, as published: a provider's 429 may not say
+    return json_response(error_body(err), headers, err.status)
+
+
+def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:
+    p = model.pricing
+    return {
+        "id": model.name,
+        "object": "model",
+        "created": model.created,
+        "owned_by": services.pipeline.catalog.targets(model)[0].provider.name,
+        "pricing": {"prompt": str(p.input), "completion": str(p.output), "unit": "per_million_tokens"},
+    }
+
+
+async def list_models(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    data = [model_card(services, m) for m in services.pipeline.catalog.models if ctx.principal.may_use(m.name)]
+    return json_response({"object": "list", "data": data}, ctx.headers())
+
+
+async def get_model(request: Request, ctx: Context) -> Response:
+    services: Services = request.app.state.services
+    model_id = request.path_params["model_id"]
+    for m in services.pipeline.catalog.models:
+        if m.name == model_id and ctx.principal.may_use(m.name):
+            return json_response(model_card(services, m), ctx.headers())
+    raise NotFound(f"The model `{model_id}` does not exist or you do not have access to it.", param="model")
+
+
+def _route(path: str, handler: Handler, scope: str, bucket: str, method: str) -> Route:
+    return Route(path, endpoint(render_error, limited(bucket, handler), scope, "inferexchange"), methods=[method])
+
 
 routes = [
-    Route(
-        "/api/v1/chat/completions", endpoint(render_error, chat_completions, "chat", "inferexchange"), methods=["POST"]
-    ),
-    Route("/api/v1/models", endpoint(render_error, list_models, "models:read", "inferexchange"), methods=["GET"]),
-    Route(
-        "/api/v1/models/{model_id:path}",
-        endpoint(render_error, get_model, "models:read", "inferexchange"),
-        methods=["GET"],
-    ),
+    _route("/api/v1/chat/completions", chat_completions, "chat", "chat", "POST"),
+    _route("/api/v1/models", list_models, "models:read", "models", "GET"),
+    _route("/api/v1/models/{model_id:path}", get_model, "models:read", "models", "GET"),
 ]
 
-DIALECT = Dialect("inferexchange", routes, render_error, OPENAI.error_body, ("/api/v1/",), OPENAI.renders)
+DIALECT = Dialect("inferexchange", routes, render_error, error_body, ("/api/v1/",), RENDERS)

@@ -35,6 +35,23 @@ class Hold(NamedTuple):
     holder: str
 
 
+class Quota(NamedTuple):
+    """What a bucket says after `LimitStore.take`, for headers a caller plans by (X-RateLimit-*): whether the
+    request was admitted, how many more the bucket would admit at once, seconds until it is full again, and
+    seconds until this request would have been admitted (0 when it was)."""
+
+    admitted: bool
+    remaining: int
+    reset_s: float
+    retry_s: float
+
+
+def remaining(tat: float, now: float, limit: int, window_s: float) -> int:
+    """How many more requests of one a GCRA bucket at `tat` admits at `now` (the ulps of ROUNDING_S kept)."""
+    interval = window_s / limit
+    return max(min(int((now + window_s - tat) / interval + ROUNDING_S), limit), 0)
+
+
 class LimitsUnavailable(Exception):
     """The shared limit store cannot be reached and the configured policy is to fail closed."""
 
@@ -57,6 +74,11 @@ class LimitStore(Protocol):
         """One round trip for what a request gives back: `charges` charged unconditionally (the tokens were
         already used: buckets may go into debt), then `release` each (key, holder). Queued before it
         returns, so it is applied even if the caller leaves; the future says when it was (or the error)."""
+        ...
+
+    async def take(self, rate: Rate) -> Quota:
+        """`rate` alone, as `admit` takes it, answered with what the bucket has left: a client told its
+        remaining requests and reset time needs them from the same atomic step that counted its request."""
         ...
 
     async def in_use(self, key: str) -> int: ...

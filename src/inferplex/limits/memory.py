@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from inferplex.limits import ROUNDING_S, Hold, Rate
+from inferplex.limits import ROUNDING_S, Hold, Quota, Rate, remaining
 
 
 class MemoryLimits:
@@ -49,6 +49,12 @@ class MemoryLimits:
         if wait > 0:
             return wait, worst, tuple(False for _ in holds)
         return wait, worst, tuple([self._take(h.key, h.limit, h.holder) for h in holds])
+
+    async def take(self, rate: Rate) -> Quota:
+        wait, _ = self._apply([rate], force=False)
+        now = time.monotonic()
+        tat = max(self._tat.get(rate.key, now), now)
+        return Quota(wait <= 0, remaining(tat, now, rate.limit, rate.window_s), tat - now, wait)
 
     def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> asyncio.Future[None]:
         self._apply([r for r in charges if r.amount > 0], force=True)

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import redis.asyncio as aioredis
 
 from inferplex.batching import Batcher
-from inferplex.limits import ROUNDING_S, Hold, LimitsUnavailable, Rate
+from inferplex.limits import ROUNDING_S, Hold, LimitsUnavailable, Quota, Rate, remaining
 from inferplex.limits.leases import Leases, Slot
 from inferplex.redis_script import DedicatedScript
 
@@ -130,13 +130,14 @@ _ACQUIRE = (
 
 # Many requests' admissions and finishes in one call (batching.py), each applied in turn as if alone.
 # ARGV: lease_s, then one string per operation (one argument each: packing and parsing a dozen per request
-# cost redis-py more than the script costs Redis), its fields separated by spaces: the kind ('A' admit or
-# 'F' finish), n buckets, m slots, (amount, limit, window_s) per bucket, then per slot (limit, holder) for an
-# admit or holder for a finish (holders are request ids, which hold no spaces). KEYS: each operation's n
-# buckets then m holder zsets, in the same order. One reply per operation: for an admit "0 -1 <1|0 per slot>"
-# or "<wait> <index of the bucket waiting longest>" (buckets first, slots only if they admitted); "1" for a
-# finish (its buckets charged even into debt, its holders removed). The replies come joined by commas in one
-# string: redis-py's parser is Python, and one element per operation cost it as much as packing the call.
+# cost redis-py more than the script costs Redis), its fields separated by spaces: the kind ('A' admit, 'F'
+# finish, or 'Q' for `take`: one bucket, no slots), n buckets, m slots, (amount, limit, window_s) per bucket,
+# then per slot (limit, holder) for an admit or holder for a finish (holders are request ids, which hold no
+# spaces). KEYS: each operation's n buckets then m holder zsets, in the same order. One reply per operation:
+# for an admit "0 -1 <1|0 per slot>" or "<wait> <index of the bucket waiting longest>" (buckets first, slots
+# only if they admitted); "1" for a finish (its buckets charged even into debt, its holders removed); for a
+# 'Q' "<wait, 0 if admitted> <seconds until the bucket is full> <now>". The replies come joined by commas in
+# one string: redis-py's parser is Python, and one element per operation cost it as much as packing the call.
 _BATCH = (
     _NOW
     + _STATE
@@ -163,6 +164,12 @@ for o = 2, #ARGV do
         reply = reply .. ' ' .. acquire(KEYS[k + j], tonumber(v[a + j * 2 - 1]), v[a + j * 2], lease)
       end
     end
+  elseif op == 'Q' then
+    local wait = rates(v, k, a, 1, false)
+    local tat = tats[KEYS[k + 1]]
+    if tat < now then tat = now end
+    reply = string.format('%.17g %.17g %.17g', wait, tat - now, now)
+    a, k = a + 3, k + 1
   else
     if n > 0 then rates(v, k, a, n, true) end
     a, k = a + n * 3, k + n
@@ -352,6 +359,19 @@ class RedisLimits:
         keys, fields = self._op("F", charges, [k for k, _ in releases], [holder for _, holder in releases])
         self._batch.post(_Op(keys, fields), partial(_finished, self.leases, releases, done))
         return done
+
+    async def take(self, rate: Rate) -> Quota:
+        keys, fields = self._op("Q", [rate], [], [])
+        try:
+            wait, reset_s, now = (float(x) for x in (await self._batch.enqueue(_Op(keys, fields))).split())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an outage (module docstring): failing open, the bucket is as if full
+            self._failed("take", exc)
+            return Quota(True, rate.limit - 1, 0.0, 0.0)
+        if wait > 0:
+            return Quota(False, 0, reset_s, wait)
+        return Quota(True, remaining(now + reset_s, now, rate.limit, rate.window_s), reset_s, 0.0)
 
     async def in_use(self, key: str) -> int:
         return int(await self._count(keys=[self.prefix + "conc:" + key]))
