@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from typing_extensions import TypedDict
+from typing_extensions import TypeAliasType, TypedDict
 
 from inferplex.dialects.openai_responses import OpenAIError
 
@@ -25,7 +25,7 @@ class InferExchangeStatusError(TypedDict):
 
 # Every other failure keeps OpenAI's object: InferExchange publishes no other error body, and its clients are
 # OpenAI SDKs, which read that one.
-InferExchangeError = InferExchangeStatusError | OpenAIError
+InferExchangeError = TypeAliasType("InferExchangeError", InferExchangeStatusError | OpenAIError)
 
 
 class InferExchangePricing(TypedDict):
