@@ -103,6 +103,14 @@ def test_chat_counts_down_then_refuses_with_the_published_429(gw: GatewayServer,
     assert _limits(refused)[:2] == (3, 0)
 
 
+def test_a_stream_carries_the_headers_too(gw: GatewayServer, key: str) -> None:
+    body = {**CHAT, "stream": True}
+    with httpx.stream("POST", gw.url + "/api/v1/chat/completions", json=body, headers=_auth(key)) as resp:
+        lines = [line for line in resp.iter_lines() if line]
+    assert resp.headers["content-type"].startswith("text/event-stream") and lines[-1] == "data: [DONE]"
+    assert _limits(resp)[:2] == (3, 2)
+
+
 def test_models_have_their_own_bucket_shared_by_both_model_routes(gw: GatewayServer, key: str) -> None:
     assert chat(gw, key).status_code == 200
     listed = httpx.get(gw.url + "/api/v1/models", headers=_auth(key), timeout=10)
