@@ -1,5 +1,5 @@
 """Unify's API (seed 002) against Inferplex: the official `openai` SDK pointed at `/v0`, `model@provider`
-endpoints, the platform arguments, and `GET /v0/endpoints`.
+endpoints, the platform arguments, and `GET /v0/endpoints` (the other `/v0` routes: test_unify_api.py).
 """
 
 from __future__ import annotations
@@ -285,7 +285,9 @@ def test_endpoints_lists_model_at_provider_and_filters(seed_gateway: GatewayServ
 
 
 def test_endpoints_needs_a_key(seed_gateway: GatewayServer) -> None:
-    assert_openai_error(httpx.get(seed_gateway.url + "/v0/endpoints"), 401)
+    """Unlike the chat route (whose client is the OpenAI SDK), the catalogue fails as Unify's FastAPI does."""
+    resp = httpx.get(seed_gateway.url + "/v0/endpoints")
+    assert resp.status_code == 401 and isinstance(resp.json()["detail"], str) and set(resp.json()) == {"detail"}
 
 
 # ---- pure pieces ------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The Unify dialect: `POST /v0/chat/completions` and `GET /v0/endpoints`, for clients written for Unify.
+"""The Unify dialect: `POST /v0/chat/completions`, its catalogue (`GET /v0/endpoints`, `/v0/models`,
+`/v0/providers`) and its observability routes (unify_usage.py), for clients written for Unify.
 
 Unify is OpenAI's Chat Completions with two differences, so this module is a parser in front of the OpenAI
 dialect's own renderers (`openai.RENDERS`, `openai.render_error`):
@@ -17,7 +18,13 @@ dialect's own renderers (`openai.RENDERS`, `openai.render_error`):
   A platform argument of the wrong type is a 400 naming it.
 
 `GET /v0/endpoints` answers a JSON list of `model@provider` strings (what Unify's client `list_endpoints`
-returns), filtered by the `model` and `provider` query parameters.
+returns), filtered by the `model` and `provider` query parameters; `GET /v0/models` (`?provider=`) and
+`GET /v0/providers` (`?model=`) answer the names in them, sorted. Each lists only what the caller may use.
+
+Unify's own client for the chat route is the OpenAI SDK (unifyai wraps `openai.OpenAI` and re-raises its
+`APIStatusError`s), so that route keeps OpenAI's error object. Every other `/v0` route is Unify's FastAPI
+service, and fails as it does (unify_wire.py): a 422 `detail` list for bad parameters, `{"detail": "..."}`
+otherwise.
 """
 
 from __future__ import annotations
@@ -30,10 +37,12 @@ from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest
 from inferplex.context import Context
+from inferplex.dialects import unify_usage as usage
 from inferplex.dialects.answer import answer_chat
 from inferplex.dialects.openai import DIALECT as OPENAI
 from inferplex.dialects.openai import RENDERS, endpoint_rows, render_error
 from inferplex.dialects.registry import Dialect
+from inferplex.dialects.unify_wire import Params, render_unify_error
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest
 from inferplex.gateway_request import parse_request
@@ -91,24 +100,50 @@ async def chat_completions(request: Request, ctx: Context) -> Response:
     return await answer_chat(DIALECT, services, chat, ctx)
 
 
-async def list_endpoints(request: Request, ctx: Context) -> Response:
+def _endpoints(request: Request, ctx: Context, *names: str) -> list[dict[str, Any]]:
+    """The endpoints the caller may use, narrowed by the query parameters `names` (each an exact match)."""
+    params = Params(request.query_params)
+    wanted = {name: params.string(name) for name in names}
+    params.done()
     services: Services = request.app.state.services
-    model = request.query_params.get("model")
-    provider = request.query_params.get("provider")
-    names = [
-        r["id"]
+    return [
+        r
         for r in endpoint_rows(services)
-        if ctx.principal.may_use(r["model"])
-        and (model is None or r["model"] == model)
-        and (provider is None or r["provider"] == provider)
+        if ctx.principal.may_use(r["model"]) and all(v is None or r[k] == v for k, v in wanted.items())
     ]
-    return json_response(names, ctx.headers())
 
 
+async def list_endpoints(request: Request, ctx: Context) -> Response:
+    return json_response([r["id"] for r in _endpoints(request, ctx, "model", "provider")], ctx.headers())
+
+
+async def list_models(request: Request, ctx: Context) -> Response:
+    return json_response(sorted({r["model"] for r in _endpoints(request, ctx, "provider")}), ctx.headers())
+
+
+async def list_providers(request: Request, ctx: Context) -> Response:
+    return json_response(sorted({r["provider"] for r in _endpoints(request, ctx, "model")}), ctx.headers())
+
+
+def _get(path: str, handler: Any, scope: str, methods: tuple[str, ...] = ("GET",)) -> Route:
+    return Route(path, endpoint(render_unify_error, handler, scope, "unify"), methods=list(methods))
+
+
+# Scopes: the catalogue and the endpoints' measurements are `models:read`; the query log, its tags and
+# metrics, and the credits are the account's own traffic and money, read (or, for POST /v0/queries,
+# written) with the scope that makes that traffic, `chat`.
 routes = [
     Route("/v0/chat/completions", endpoint(render_error, chat_completions, "chat", "unify"), methods=["POST"]),
-    Route("/v0/endpoints", endpoint(render_error, list_endpoints, "models:read", "unify"), methods=["GET"]),
+    _get("/v0/endpoints", list_endpoints, "models:read"),
+    _get("/v0/models", list_models, "models:read"),
+    _get("/v0/providers", list_providers, "models:read"),
+    _get("/v0/endpoint-metrics", usage.get_endpoint_metrics, "models:read"),
+    _get("/v0/queries", usage.get_queries, "chat"),
+    _get("/v0/queries", usage.post_query, "chat", ("POST",)),
+    _get("/v0/tags", usage.get_tags, "chat"),
+    _get("/v0/metrics", usage.get_metrics, "chat"),
+    _get("/v0/credits", usage.get_credits, "chat"),
 ]
 
-# Unify's errors are OpenAI's (its docs defer to OpenAI's reference for them).
+# Errors before a route runs take OpenAI's shape under /v0/, the chat route's (its client is the OpenAI SDK).
 DIALECT = Dialect("unify", routes, render_error, OPENAI.error_body, ("/v0/",), RENDERS)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Select, func, insert, select
+from sqlalchemy import JSON, Select, and_, func, insert, or_, select
 from sqlalchemy.engine import Connection
 
 from inferplex.store import tables as t
@@ -48,6 +48,45 @@ class UsageFilter:
             query = query.where(u.created_at >= self.since)
         if self.until is not None:
             query = query.where(u.created_at < self.until)
+        return query
+
+
+@dataclass(frozen=True, slots=True)
+class QueryFilter:
+    """The rows one caller may read, narrowed as the Unify dialect's query routes ask (`/v0/queries`,
+    `/v0/metrics`, ...): scoped to an account or a key, unless `everyone` (an admin caller)."""
+
+    account_id: str | None = None
+    key_id: str | None = None
+    everyone: bool = False
+    endpoints: tuple[tuple[str, str], ...] = ()  # (model, provider) pairs: any of them
+    models: tuple[str, ...] = ()
+    providers: tuple[str, ...] = ()
+    since: float | None = None
+    until: float | None = None
+    failures: str = "include"  # "exclude" (status < 400 only), "include", or "only"
+    end_user: str | None = None
+
+    def apply(self, query: Select[Any]) -> Select[Any]:
+        u = t.usage.c
+        if not self.everyone:  # never every row by accident: an unscoped caller sees its own key's rows
+            query = query.where(u.account_id == self.account_id if self.account_id else u.key_id == self.key_id)
+        if self.endpoints:
+            query = query.where(or_(*(and_(u.model == m, u.provider == p) for m, p in self.endpoints)))
+        if self.models:
+            query = query.where(u.model.in_(self.models))
+        if self.providers:
+            query = query.where(u.provider.in_(self.providers))
+        if self.since is not None:
+            query = query.where(u.created_at >= self.since)
+        if self.until is not None:
+            query = query.where(u.created_at < self.until)
+        if self.failures == "exclude":
+            query = query.where(u.status < 400)
+        elif self.failures == "only":
+            query = query.where(u.status >= 400)
+        if self.end_user is not None:
+            query = query.where(u.end_user == self.end_user)
         return query
 
 
@@ -163,3 +202,37 @@ class UsageStore:
                 for k in ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros"):
                     acc[k] += int(getattr(row, k))
         return [out[k] for k in sorted(out)]
+
+    async def page(self, where: QueryFilter, tags: frozenset[str], offset: int, limit: int) -> list[dict[str, Any]]:
+        """Rows newest first, `limit` of them after skipping `offset`, each with any of `tags` (if given).
+        Tags are a JSON list per row, matched here in Python, to stay portable across engines: only the ids
+        and tags of the window are read for that, then the page's rows themselves."""
+        u = t.usage.c
+        newest = (u.created_at.desc(), u.id.desc())
+        if not tags:
+            query = where.apply(select(t.usage)).order_by(*newest).offset(offset).limit(limit)
+            return [_plain(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
+        scan = where.apply(select(u.id, u.tags)).order_by(*newest)
+        found = await self.db.read(lambda conn: conn.execute(scan).all())
+        ids = [r.id for r in found if tags.intersection(r.tags or ())][offset : offset + limit]
+        if not ids:
+            return []
+        query = select(t.usage).where(u.id.in_(ids)).order_by(*newest)
+        return [_plain(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
+
+    async def tag_names(self, where: QueryFilter) -> list[str]:
+        """Every tag on the rows `where` selects, sorted."""
+        query = where.apply(select(t.usage.c.tags))
+        found: set[str] = set()
+        for row in await self.db.read(lambda conn: conn.execute(query).all()):
+            found.update(tag for tag in row.tags or () if isinstance(tag, str))
+        return sorted(found)
+
+    async def measures(self, where: QueryFilter, limit: int) -> list[dict[str, Any]]:
+        """The timing and token columns of the newest `limit` rows `where` selects (what the Unify dialect's
+        metrics are computed from), newest first."""
+        u = t.usage.c
+        columns = (u.created_at, u.model, u.provider, u.status, u.prompt_tokens, u.completion_tokens, u.cost_micros)
+        timing = (u.total_ms, u.upstream_ms, u.ttft_ms, u.end_user)
+        query = where.apply(select(*columns, *timing)).order_by(u.created_at.desc(), u.id.desc()).limit(limit)
+        return [_plain(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
