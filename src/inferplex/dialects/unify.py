@@ -125,7 +125,7 @@ async def list_providers(request: Request, ctx: Context) -> Response:
     return json_response(sorted({r["provider"] for r in _endpoints(request, ctx, "model")}), ctx.headers())
 
 
-def _get(path: str, handler: Any, scope: str, methods: tuple[str, ...] = ("GET",)) -> Route:
+def _route(path: str, handler: Any, scope: str, methods: tuple[str, ...] = ("GET",)) -> Route:
     return Route(path, endpoint(render_unify_error, handler, scope, "unify"), methods=list(methods))
 
 
@@ -134,15 +134,15 @@ def _get(path: str, handler: Any, scope: str, methods: tuple[str, ...] = ("GET",
 # written) with the scope that makes that traffic, `chat`.
 routes = [
     Route("/v0/chat/completions", endpoint(render_error, chat_completions, "chat", "unify"), methods=["POST"]),
-    _get("/v0/endpoints", list_endpoints, "models:read"),
-    _get("/v0/models", list_models, "models:read"),
-    _get("/v0/providers", list_providers, "models:read"),
-    _get("/v0/endpoint-metrics", usage.get_endpoint_metrics, "models:read"),
-    _get("/v0/queries", usage.get_queries, "chat"),
-    _get("/v0/queries", usage.post_query, "chat", ("POST",)),
-    _get("/v0/tags", usage.get_tags, "chat"),
-    _get("/v0/metrics", usage.get_metrics, "chat"),
-    _get("/v0/credits", usage.get_credits, "chat"),
+    _route("/v0/endpoints", list_endpoints, "models:read"),
+    _route("/v0/models", list_models, "models:read"),
+    _route("/v0/providers", list_providers, "models:read"),
+    _route("/v0/endpoint-metrics", usage.get_endpoint_metrics, "models:read"),
+    _route("/v0/queries", usage.get_queries, "chat"),
+    _route("/v0/queries", usage.post_query, "chat", ("POST",)),
+    _route("/v0/tags", usage.get_tags, "chat"),
+    _route("/v0/metrics", usage.get_metrics, "chat"),
+    _route("/v0/credits", usage.get_credits, "chat"),
 ]
 
 # Errors before a route runs take OpenAI's shape under /v0/, the chat route's (its client is the OpenAI SDK).
