@@ -73,6 +73,10 @@ class GatewayOptions:
     processors: Requested = NOT_REQUESTED
     use_custom_keys: bool = False
     signature: str | None = None
+    # `inferada.use_default_prompt` (the name is inferred): false leaves the model's default prompt out.
+    use_default_prompt: bool = True
+    # Set by a processor, never by the caller: route only to deployments running there (`require_local`).
+    location: str | None = None
 
     @property
     def provider_name(self) -> str | None:
@@ -87,6 +91,7 @@ class GatewayOptions:
             or self.endpoint_id is not None
             or self.region is not None
             or self.timeout is not None
+            or self.location is not None
         )
 
 
@@ -125,6 +130,11 @@ class GatewayRequest(Generic[B]):
     def replace(self, body: C) -> GatewayRequest[C]:
         """The same request with another body: its wire is derived from that body when asked for."""
         return GatewayRequest(body, self.options, None, self._forward)
+
+    def with_options(self, options: GatewayOptions) -> GatewayRequest[B]:
+        """The same request with other gateway options (a processor's routing constraint): the options never
+        reach an upstream, so the wire, and the fast path's object, stay as they are."""
+        return GatewayRequest(self.body, options, self._wire, self._forward)
 
     def __repr__(self) -> str:
         return f"GatewayRequest({self.body!r}, {self.options!r})"
@@ -241,7 +251,21 @@ def options(found: Mapping[str, Any], checked: Flags, routing: RoutingFields | N
         processors=proc,
         use_custom_keys=bool(checked.use_custom_keys),
         signature=checked.signature,
+        use_default_prompt=use_default_prompt(found),
     )
+
+
+def use_default_prompt(found: Mapping[str, Any]) -> bool:
+    """`inferada.use_default_prompt`: Inferada publishes a per-request opt-out of the model's default system
+    prompt but not its name; this one is inferred (docs/dialects.md). A value that is not a boolean is a 400."""
+    extension = found.get("inferada")
+    value = extension.get("use_default_prompt") if isinstance(extension, Mapping) else None
+    if value is None:
+        return True
+    if value.__class__ is not bool:
+        param = "inferada.use_default_prompt"
+        raise InvalidRequest(f"Invalid value for '{param}': expected a boolean.", param=param)
+    return bool(value)
 
 
 def routing(model: type[BaseModel], found: Mapping[str, Any]) -> RoutingFields | None:

@@ -89,14 +89,16 @@ def test_language_detects_and_enforces_the_declared_language(http: httpx.Client)
     assert r.status_code == 200
     assert r.json()["processors"]["language"]["detected"] == "fr"
     assert r.json()["processors"]["language"]["decision"] == "detected"
-    message = _rejection(_chat(http, french, inferada={"processors": ["language"], "language": "en"}), "language")
+    message = _rejection(
+        _chat(http, french, inferada={"processors": ["language"], "language": "en"}, stream=False), "language"
+    )
     assert "`fr`" in message and "`en`" in message
-    r = _chat(http, french, inferada={"processors": ["language"], "language": "fr"})
+    r = _chat(http, french, inferada={"processors": ["language"], "language": "fr"}, stream=False)
     assert r.status_code == 200 and r.json()["inferada"]["language"]["decision"] == "accepted"
 
 
 def test_unsupported_language_is_a_422_naming_it(http: httpx.Client) -> None:
-    r = _chat(http, "hello", inferada={"processors": ["language"], "language": "klingon"})
+    r = _chat(http, "hello", inferada={"processors": ["language"], "language": "klingon"}, stream=False)
     assert r.status_code == 422
     assert r.json()["error"]["code"] == "unsupported_language" and "klingon" in r.json()["error"]["message"]
 

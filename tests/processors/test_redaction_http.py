@@ -115,7 +115,12 @@ def test_stream_carries_the_processors_block_and_processors_ms(http: httpx.Clien
 
 
 def test_inferada_spelling_is_accepted_and_answered_in_kind(http: httpx.Client, fake_openai: FakeOpenAI) -> None:
-    r = _chat(http, "mail me: a@b.io", inferada={"processors": ["pii_redact"], "pii_redact": {"mode": "restore"}})
+    r = _chat(
+        http,
+        "mail me: a@b.io",
+        inferada={"processors": ["pii_redact"], "pii_redact": {"mode": "restore"}},
+        stream=False,
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["choices"][0]["message"]["content"] == "mail me: a@b.io"
@@ -135,7 +140,7 @@ def test_enforced_processor_cannot_be_switched_off_or_weakened(
         # The key says mask: a request asking for restore gets the key's mode.
         r = _chat(http, "I am ana@example.com", processors=[{"name": "pii_redact", "mode": "restore"}])
         assert r.json()["choices"][0]["message"]["content"] == "I am [EMAIL_1]"
-        r = _chat(http, "I am ana@example.com", inferada={"processors": []})
+        r = _chat(http, "I am ana@example.com", inferada={"processors": []}, stream=False)
         assert fake_openai.state.last().body["messages"][0]["content"] == "I am [EMAIL_1]"
 
 
@@ -179,6 +184,6 @@ def test_unknown_processor_and_bad_options_are_400(http: httpx.Client) -> None:
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_processor_options"
     r = _chat(http, "hi", processors="pii_redact")
     assert r.status_code == 400 and r.json()["error"]["param"] == "processors"
-    r = _chat(http, "hi", inferada={"processors": ["nope"]})
+    r = _chat(http, "hi", inferada={"processors": ["nope"]}, stream=False)
     assert r.status_code == 400 and r.json()["error"]["code"] == "unknown_processor"
     assert r.json()["error"]["param"] == "inferada.processors[0]"

@@ -4,6 +4,10 @@ Parsing is the canonical request itself (OpenAI's shape is canonical), with the 
 out first (`gateway_request.parse_request`, shared by every OpenAI-shaped dialect); rendering adds the gateway's
 `timings`, strips the usage chunk from streams whose caller did not ask for it, and turns a failure after
 the first byte into an OpenAI error chunk followed by `[DONE]`, never a silent cut.
+
+Inferada's clients share `/v1/chat/completions`: a request carrying the `inferada` extension that omits
+`stream` is streamed (`processors.chain.stream_by_default`), and a stream that waited for a concurrency slot
+says how long in `x-inferada-queued-ms` too.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from inferplex.families.chat import CHAT
 from inferplex.families.embeddings import EMBEDDINGS
 from inferplex.gateway_request import GatewayRequest, parse_request
 from inferplex.pipeline import ChatStream
+from inferplex.processors.chain import stream_by_default
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Timings
 from inferplex.services import Services
 from inferplex.sse import DONE, encode
@@ -91,7 +96,10 @@ async def render_stream(stream: ChatStream, want_usage: bool) -> AsyncIterator[b
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     data = await read_json(request, services.max_body_bytes, services.json_limits)
-    return await answer_chat(DIALECT, services, parse_request(ChatRequest, data), ctx)
+    parsed = parse_request(ChatRequest, data)
+    if parsed.body.stream is None and parsed.options.processors.inferada:
+        parsed = stream_by_default(parsed, ctx.principal)
+    return await answer_chat(DIALECT, services, parsed, ctx)
 
 
 async def embeddings(request: Request, ctx: Context) -> Response:
@@ -108,6 +116,8 @@ def _chat_result(response: ChatCompletion, request: GatewayRequest[ChatRequest],
 
 def _chat_stream(stream: ChatStream, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
     headers = _timing_headers(ctx, stream=True)
+    if ctx.timings.queued_ms > 0:  # Inferada's name for x-inferplex-queued-ms, on streams as it publishes
+        headers["x-inferada-queued-ms"] = f"{ctx.timings.queued_ms:.2f}"
     return SSEResponse(render_stream(stream, request.body.wants_usage), headers)  # type: ignore[return-value]
 
 
@@ -144,6 +154,7 @@ def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:
             "free": p.free,
         },
         "providers": sorted({t.provider.name for t in targets}),
+        "locations": sorted({t.location for t in targets}),
     }
 
 
@@ -174,6 +185,7 @@ def endpoint_rows(services: Services) -> list[dict[str, Any]]:
                     "model": m.name,
                     "provider": t.provider.name,
                     "upstream_model": t.upstream_model,
+                    "location": t.location,
                     "type": m.type,
                     "context_window": m.context_window,
                     "max_output_tokens": m.max_output,

@@ -85,6 +85,12 @@ class Step:
 Factory = Callable[[Mapping[str, Any], Env], Processor]
 
 _BUILTIN = {
+    # Inferada's published names (docs/processors.md has the mapping to ours)
+    "anonymise": "inferplex.processors.pii:create_anonymise",
+    "pii_guard": "inferplex.processors.pii_guard:create",
+    "require_local": "inferplex.processors.require_local:create",
+    "prompt_shield": "inferplex.processors.injection:create_prompt_shield",
+    # Inferplex's own
     "pii_redact": "inferplex.processors.pii:create",
     "injection_guard": "inferplex.processors.injection:create",
     "secret_scan": "inferplex.processors.secret_scan:create",
@@ -96,6 +102,19 @@ _BUILTIN = {
 
 
 _TABLE = PluginTable("inferplex.processors", _BUILTIN)
+
+# The token scope a request needs to name a processor (Inferada's published scopes). A name that does the same
+# as an Inferada processor needs the same scope, or the alias would be a way around it; a processor not listed
+# (ours without an Inferada twin, a plugin) needs none beyond the route's.
+SCOPES = {
+    "anonymise": "pii",
+    "pii_redact": "pii",
+    "pii_guard": "pii",
+    "spellcheck": "language",
+    "require_local": "completions",
+    "prompt_shield": "completions",
+    "injection_guard": "completions",
+}
 
 
 def known_processors() -> set[str]:

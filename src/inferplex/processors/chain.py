@@ -18,14 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog
-from inferplex.errors import InvalidRequest
+from inferplex.errors import InvalidRequest, PermissionDenied
 from inferplex.gateway_request import GatewayRequest
-from inferplex.processors.base import Again, Env, Exchange, Processor, known_processors, load_factory
+from inferplex.processors.base import SCOPES, Again, Env, Exchange, Processor, known_processors, load_factory
 from inferplex.processors.spec import DEFAULTS_KEY, ENFORCED_KEY, Requested, Spec, key_specs, merge
 from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
 
 if TYPE_CHECKING:
+    from inferplex.auth import Principal
     from inferplex.context import Context
 
 
@@ -38,6 +39,19 @@ def check_known(specs: list[Spec] | None, param: str) -> None:
                 f"Unknown processor `{spec.name}` (known: {', '.join(sorted(known))}).",
                 param=f"{param}[{i}]",
                 code="unknown_processor",
+            )
+
+
+def check_scopes(specs: list[Spec] | None, param: str, principal: Principal) -> None:
+    """A 403 naming the first processor the request names whose scope the key or token lacks. Only the
+    request's own list is checked: the key's defaults and enforced processors are its operator's choice."""
+    for i, spec in enumerate(specs or ()):
+        scope = SCOPES.get(spec.name)
+        if scope is not None and scope not in principal.scopes and "admin" not in principal.scopes:
+            raise PermissionDenied(
+                f"Processor `{spec.name}` needs the '{scope}' scope, which this key does not have.",
+                param=f"{param}[{i}]",
+                code="scope_not_allowed",
             )
 
 
@@ -140,23 +154,48 @@ async def _waiting(
         yield chunk
 
 
+def _specs(principal: Principal, req: Requested) -> tuple[list[Spec], set[str]]:
+    """What runs for a request (its list, or the key's defaults, plus the key's enforced ones), each name
+    known and the request's allowed by the key's scopes; and which of them the key enforces."""
+    param = "inferada.processors" if req.inferada else "processors"
+    check_known(req.specs, param)
+    check_scopes(req.specs, param, principal)
+    enforced = key_specs(principal.enforced_processors, ENFORCED_KEY)
+    defaults = key_specs(principal.default_processors, DEFAULTS_KEY)
+    check_known(enforced, ENFORCED_KEY)
+    check_known(defaults, DEFAULTS_KEY)
+    return merge(req.specs, defaults, enforced), {s.name for s in enforced}
+
+
+def _none_to_run(principal: Principal, req: Requested) -> bool:
+    return req.specs is None and not principal.enforced_processors and not principal.default_processors
+
+
 def factory(env: Env) -> Callable[[Context, GatewayRequest[ChatRequest]], Chain | None]:
     def make(ctx: Context, request: GatewayRequest[ChatRequest]) -> Chain | None:
         req = request.options.processors  # parsed by the dialect (gateway_request.py)
-        principal = ctx.principal
-        if req.specs is None and not principal.enforced_processors and not principal.default_processors:
+        if _none_to_run(ctx.principal, req):
             return None  # the common case, decided without parsing anything
-        check_known(req.specs, "inferada.processors" if req.inferada else "processors")
-        enforced = key_specs(principal.enforced_processors, ENFORCED_KEY)
-        defaults = key_specs(principal.default_processors, DEFAULTS_KEY)
-        check_known(enforced, ENFORCED_KEY)
-        check_known(defaults, DEFAULTS_KEY)
-        specs = merge(req.specs, defaults, enforced)
+        specs, enforced = _specs(ctx.principal, req)
         if not specs:
             return None
-        return Chain(build(specs, env), req, {s.name for s in enforced})
+        return Chain(build(specs, env), req, enforced)
 
     return make
+
+
+def stream_by_default(request: GatewayRequest[ChatRequest], principal: Principal) -> GatewayRequest[ChatRequest]:
+    """Inferada's default for a request that names its extension and omits `stream` (seed 004): a stream,
+    unless a processor that would run needs the whole answer, then one buffered JSON answer. OpenAI's SDKs
+    omit `stream` when it is false, so a request without the extension keeps OpenAI's default."""
+    req = request.options.processors
+    if not req.inferada or request.body.stream is not None:
+        return request
+    whole = False
+    if not _none_to_run(principal, req):
+        specs, _ = _specs(principal, req)
+        whole = any(p.buffered for p in build(specs, Env()))
+    return request.replace(request.body.model_copy(update={"stream": not whole}))
 
 
 def gateway_factory(catalog: Catalog, router: object) -> Callable[[Context, GatewayRequest[ChatRequest]], Chain | None]:

@@ -1,5 +1,7 @@
 """`injection_guard`: score prompt-injection and jailbreak attempts and refuse those above a threshold.
 
+Inferada publishes the same processor as `prompt_shield`: both names build it, and each reports under its own.
+
 Two signals, the score being the larger:
 - heuristics: weighted patterns for the phrasings attacks share (override earlier instructions, reveal the
   system prompt, unrestricted personas, fake role markers), combined as independent evidence;
@@ -154,8 +156,9 @@ class InjectionGuard(Step):
     name = "injection_guard"
     order = 50
 
-    def __init__(self, threshold: float, action: str) -> None:
+    def __init__(self, threshold: float, action: str, name: str = "injection_guard") -> None:
         super().__init__()
+        self.name = name
         self.threshold = threshold
         self.action = action
 
@@ -181,14 +184,18 @@ class InjectionGuard(Step):
         self.metadata.update(result, threshold=self.threshold, flagged=flagged, action=self.action)
         if flagged and self.action == "block":
             raise ProcessorRejected(
-                f"Processor `injection_guard` rejected the request: prompt-injection score {result['score']} "
+                f"Processor `{self.name}` rejected the request: prompt-injection score {result['score']} "
                 f"is at or above the threshold {self.threshold}.",
                 param="messages",
             )
         return request
 
 
-def create(options: Mapping[str, Any], env: Env) -> InjectionGuard:
-    check_options("injection_guard", options, {"threshold", "action"})
-    threshold = number("injection_guard", options, "threshold", DEFAULT_THRESHOLD, 0.0, 1.0)
-    return InjectionGuard(threshold, choice("injection_guard", options, "action", ("block", "flag")))
+def create(options: Mapping[str, Any], env: Env, name: str = "injection_guard") -> InjectionGuard:
+    check_options(name, options, {"threshold", "action"})
+    threshold = number(name, options, "threshold", DEFAULT_THRESHOLD, 0.0, 1.0)
+    return InjectionGuard(threshold, choice(name, options, "action", ("block", "flag")), name)
+
+
+def create_prompt_shield(options: Mapping[str, Any], env: Env) -> InjectionGuard:
+    return create(options, env, "prompt_shield")

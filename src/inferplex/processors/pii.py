@@ -1,4 +1,9 @@
-"""`pii_redact`: replace personal data with stable placeholders before the model sees the prompt.
+"""`pii_redact` and Inferada's `anonymise`: replace personal data with stable placeholders before the model sees
+the prompt.
+
+`anonymise` is `pii_redact` in `restore` mode that also needs the request's language (as Inferada publishes
+it): the language gives the default country of phone numbers written without `+` (`nl` reads `06 ...` as
+Dutch; `nl-BE` as Belgian), where `pii_redact` takes the `region` option.
 
 Options: `mode` (`mask`, the default, leaves the answer as the model wrote it; `restore` puts the originals
 back into the answer, streams included), `kinds` (a subset of the detector kinds) and `region` (the default
@@ -13,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from inferplex.canonical import ChatRequest
-from inferplex.errors import InvalidRequest
+from inferplex.errors import InvalidRequest, UnsupportedLanguage
 from inferplex.gateway_request import GatewayRequest
 from inferplex.processors.base import Again, Env, Exchange, Step, check_options, choice
 from inferplex.processors.credentials import replace_spans
@@ -22,13 +27,31 @@ from inferplex.processors.placeholders import Restorer, Vault
 from inferplex.processors.text import map_answer, rewrite
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, ChunkChoice
 
+# The languages `anonymise` accepts, and the country each reads national phone numbers as.
+REGIONS = {"en": "US", "nl": "NL", "de": "DE", "fr": "FR", "es": "ES", "it": "IT", "pt": "PT"}
+
+
+def region_of(language: str) -> str:
+    """The phone region of a language tag (`nl` -> NL, `nl-BE` -> BE), or a 422 naming an unsupported one."""
+    primary, _, country = language.replace("_", "-").partition("-")
+    if primary not in REGIONS:
+        raise UnsupportedLanguage(
+            f"Processor `anonymise` does not support the language `{language}` "
+            f"(supported: {', '.join(sorted(REGIONS))}).",
+            param="language",
+        )
+    return country.upper() if len(country) == 2 else REGIONS[primary]
+
 
 class PiiRedact(Step):
     name = "pii_redact"
     order = 40
 
-    def __init__(self, mode: str, kinds: frozenset[str], region: str) -> None:
+    def __init__(self, mode: str, kinds: frozenset[str], region: str, needs_language: bool = False) -> None:
         super().__init__()
+        if needs_language:
+            self.name = "anonymise"
+        self.needs_language = needs_language
         self.mode = mode
         self.kinds = kinds
         self.region = region
@@ -41,6 +64,16 @@ class PiiRedact(Step):
         return replace_spans(text, spans, self.vault.placeholder)
 
     async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
+        if self.needs_language:
+            if ex.language is None:
+                raise UnsupportedLanguage(
+                    "Processor `anonymise` needs the request's language: set `inferada.language`, or run the "
+                    "`language` processor before it.",
+                    param="language",
+                    code="language_required",
+                )
+            self.region = region_of(ex.language)
+            self.metadata["language"] = ex.language
         request = rewrite(request, self.redact)
         self.metadata.update(
             mode=self.mode, redacted=sum(self.found.values()), entities=dict(sorted(self.found.items()))
@@ -111,24 +144,35 @@ def _identity(chunk: ChatCompletionChunk) -> ChatCompletionChunk:
     return out
 
 
-def create(options: Mapping[str, Any], env: Env) -> PiiRedact:
-    check_options("pii_redact", options, {"mode", "kinds", "region"})
-    mode = choice("pii_redact", options, "mode", ("mask", "restore"))
+def create_anonymise(options: Mapping[str, Any], env: Env) -> PiiRedact:
+    """Inferada's `anonymise`: the originals always come back, and the language sets the phone region."""
+    check_options("anonymise", options, {"kinds"})
+    return PiiRedact("restore", kinds_option(options, "anonymise"), REGIONS["en"], needs_language=True)
+
+
+def kinds_option(
+    options: Mapping[str, Any], name: str = "pii_redact", default: frozenset[str] = ALL_KINDS
+) -> frozenset[str]:
     kinds_opt = options.get("kinds")
     if kinds_opt is None:
-        kinds = ALL_KINDS
-    elif (
+        return default
+    if (
         isinstance(kinds_opt, list)
         and kinds_opt
         and all(isinstance(k, str) and k.upper() in ALL_KINDS for k in kinds_opt)
     ):
-        kinds = frozenset(k.upper() for k in kinds_opt)
-    else:
-        raise InvalidRequest(
-            f"Processor `pii_redact`: `kinds` must be a non-empty list of {', '.join(sorted(ALL_KINDS))}.",
-            param="processors",
-            code="invalid_processor_options",
-        )
+        return frozenset(k.upper() for k in kinds_opt)
+    raise InvalidRequest(
+        f"Processor `{name}`: `kinds` must be a non-empty list of {', '.join(sorted(ALL_KINDS))}.",
+        param="processors",
+        code="invalid_processor_options",
+    )
+
+
+def create(options: Mapping[str, Any], env: Env) -> PiiRedact:
+    check_options("pii_redact", options, {"mode", "kinds", "region"})
+    mode = choice("pii_redact", options, "mode", ("mask", "restore"))
+    kinds = kinds_option(options)
     region = options.get("region", "US")
     if not isinstance(region, str) or len(region) != 2:
         raise InvalidRequest(

@@ -21,6 +21,10 @@ from inferplex.errors import InvalidRequest
 DEFAULTS_KEY = "default_processors"
 ENFORCED_KEY = "enforced_processors"
 
+# What an Inferada name means where ours differs, as option defaults under the caller's own: Inferada's
+# `spellcheck` corrects the model's answer, ours (named in `processors`) the prompt (docs/processors.md).
+INFERADA_MEANING: dict[str, dict[str, Any]] = {"spellcheck": {"target": "answer"}}
+
 
 @dataclass(frozen=True, slots=True)
 class Spec:
@@ -63,7 +67,10 @@ def requested(raw: Mapping[str, Any]) -> Requested:
         return Requested(None)
     if not isinstance(theirs, Mapping):
         raise InvalidRequest("`inferada` must be an object.", param="inferada")
-    specs = parse_list(theirs.get("processors", []), "inferada.processors", theirs)
+    specs = [
+        Spec(s.name, {**INFERADA_MEANING.get(s.name, {}), **s.options})
+        for s in parse_list(theirs.get("processors", []), "inferada.processors", theirs)
+    ]
     return Requested(specs, _language(theirs.get("language"), "inferada.language"), inferada=True)
 
 

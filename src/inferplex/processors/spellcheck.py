@@ -1,4 +1,10 @@
-"""`spellcheck`: correct the spelling of the user's prompt before it is sent, and report each correction.
+"""`spellcheck`: correct spelling and grammar, of the model's answer or of the user's prompt, and report each fix.
+
+`target` chooses which: `answer` (Inferada's published meaning, and the default under Inferada's spelling:
+processors/spec.py) corrects the model's answer, which needs the whole answer, so a request with it is
+served buffered; `prompt` (the default under ours, as before) corrects user messages before they are sent.
+Grammar is the short list of unambiguous rules in `grammar.py`. An answer the request asked to be JSON is
+left alone (a corrected key would break it).
 
 pyspellchecker (Norvig's edit-distance method over word-frequency dictionaries shipped in the package) for
 the request's language: the `language` option, else `inferada.language`, else the `language` processor's
@@ -19,8 +25,10 @@ from typing import Any
 from inferplex.canonical import ChatRequest
 from inferplex.errors import InvalidRequest, UnsupportedLanguage
 from inferplex.gateway_request import GatewayRequest
-from inferplex.processors.base import Env, Exchange, Step, check_options
-from inferplex.processors.text import rewrite
+from inferplex.processors.base import Again, Env, Exchange, Step, check_options, choice
+from inferplex.processors.grammar import fix_grammar
+from inferplex.processors.text import map_answer, rewrite
+from inferplex.responses import ChatCompletion
 
 LANGUAGES = frozenset({"en", "es", "fr", "it", "pt", "de", "ru", "ar", "eu", "lv", "nl", "fa"})
 MAX_CORRECTIONS_REPORTED = 50
@@ -58,15 +66,28 @@ def correct(text: str, language: str) -> tuple[str, list[dict[str, str]]]:
     return _WORD.sub(fix, text), corrections
 
 
+def correct_text(text: str, language: str) -> tuple[str, list[dict[str, str]]]:
+    """Spelling, then grammar (a capital fixed after the word it starts is spelt right)."""
+    spelt, corrections = correct(text, language)
+    fixed, fixes = fix_grammar(spelt, language)
+    return fixed, corrections + fixes
+
+
 class Spellcheck(Step):
     name = "spellcheck"
     order = 20
 
-    def __init__(self, language: str | None) -> None:
+    def __init__(self, language: str | None, target: str) -> None:
         super().__init__()
         self.language = language
+        self.target = target
+        if target == "answer":
+            self.buffered = True
+            # Before pii_redact (40) in `pre`, so after it on the way back: it sees placeholders, not originals.
+            self.order = 45
+        self._answer_language: str | None = None
 
-    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
+    def _language(self, ex: Exchange) -> str:
         language = self.language or ex.language
         if language is None:
             raise UnsupportedLanguage(
@@ -81,21 +102,48 @@ class Spellcheck(Step):
                 f"(supported: {', '.join(sorted(LANGUAGES))}).",
                 param="language",
             )
+        return language
+
+    async def pre(self, ex: Exchange, request: GatewayRequest[ChatRequest]) -> GatewayRequest[ChatRequest]:
+        language = self._language(ex)  # checked here for both targets: refused before anything is charged
+        self.metadata.update(language=language, target=self.target)
+        if self.target == "answer":
+            fmt = request.body.response_format
+            self._answer_language = None if fmt is not None and fmt.type != "text" else language
+            if self._answer_language is None:
+                self.metadata.update(corrected=0, corrections=[], skipped="the answer is JSON")
+            return request
         found: list[dict[str, str]] = []
 
         def fix(text: str) -> str:
-            out, corrections = correct(text, language)
+            out, corrections = correct_text(text, language)
             found.extend(corrections)
             return out
 
         request = rewrite(request, fix, roles=("user",))
-        self.metadata.update(language=language, corrected=len(found), corrections=found[:MAX_CORRECTIONS_REPORTED])
+        self.metadata.update(corrected=len(found), corrections=found[:MAX_CORRECTIONS_REPORTED])
         return request
+
+    async def post(self, ex: Exchange, response: ChatCompletion, again: Again) -> ChatCompletion:
+        language = self._answer_language
+        if language is None:
+            return response
+        found: list[dict[str, str]] = []
+
+        def fix(text: str) -> str:
+            out, corrections = correct_text(text, language)
+            found.extend(corrections)
+            return out
+
+        map_answer(response, fix)
+        self.metadata.update(corrected=len(found), corrections=found[:MAX_CORRECTIONS_REPORTED])
+        return response
 
 
 def create(options: Mapping[str, Any], env: Env) -> Spellcheck:
-    check_options("spellcheck", options, {"language"})
+    check_options("spellcheck", options, {"language", "target"})
     language = options.get("language")
     if language is not None and (not isinstance(language, str) or not language):
         raise InvalidRequest("Processor `spellcheck`: `language` must be a code such as `en`.", param="processors")
-    return Spellcheck(language.lower() if language else None)
+    target = choice("spellcheck", options, "target", ("prompt", "answer"))
+    return Spellcheck(language.lower() if language else None, target)
