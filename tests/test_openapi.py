@@ -90,7 +90,13 @@ def test_schemas_are_the_routes_own_models() -> None:
 
 
 def test_every_operation_declares_its_answers_and_errors_in_its_dialect() -> None:
-    errors = {"Anthropic": "AnthropicError", "OneInfer": "OneInferError"}
+    errors = {
+        "Anthropic": "AnthropicError",
+        "OneInfer": "OneInferError",
+        "Inferada": "InferadaError",
+        "Unify platform": "UnifyError",
+        "InferExchange": "InferExchangeError",
+    }
     for path, item in openapi_document()["paths"].items():
         for method, op in item.items():
             statuses = op["responses"]
@@ -213,6 +219,17 @@ def test_real_answers_fit_the_documented_schemas(server: GatewayServer) -> None:
         assert call("GET", prefix + "/models/{model_id}", prefix + "/models/nope").status_code == 404
     assert call("GET", "/v1/endpoints", params={"provider": "fake"}).status_code == 200
     assert call("GET", "/v0/endpoints").status_code == 200
+    # Unify's platform routes (the chat calls above are in the query log)
+    logged = {"endpoint": "local@external", "query_body": {"messages": HI}, "tags": ["t"]}
+    assert call("POST", "/v0/queries", json=logged).status_code == 200
+    assert call("POST", "/v0/queries", json={"endpoint": "x"}).status_code == 422
+    for route in ("/v0/models", "/v0/providers", "/v0/queries", "/v0/tags", "/v0/metrics", "/v0/credits"):
+        assert call("GET", route).status_code == 200
+    assert call("GET", "/v0/queries", params={"page_number": "x"}).status_code == 422
+    measured = {"model": "echo-model", "provider": "fake", "start_time": "2020-01-01 00:00:00"}
+    assert call("GET", "/v0/endpoint-metrics", params=measured).status_code == 200
+    assert call("GET", "/v0/endpoint-metrics", params={**measured, "model": "nope"}).status_code == 404
+    assert stranger("GET", "/v0/queries").status_code == 401
     assert call("GET", "/health").status_code == 200
     # Anthropic
     message = {"model": "echo-model", "max_tokens": 20, "messages": HI}
@@ -228,6 +245,12 @@ def test_real_answers_fit_the_documented_schemas(server: GatewayServer) -> None:
     assert call("POST", "/v1/ula/chat/completions", json={**ula, "temperature": "hot"}).status_code == 422
     assert call("POST", "/v1/ula/chat/completions", json={**ula, "provider": "nope"}).status_code == 400
     assert call("POST", "/v1/ula/generate-image", json={}).status_code == 501
+    exchange = "/v1/ula/oauth-authentication"
+    assert call("POST", exchange, params={"api_key": server.master_key}).status_code == 200
+    assert call("POST", exchange, params={"api_key": "ipx-not-a-key"}).status_code == 403
+    assert call("POST", exchange).status_code == 422
+    assert call("GET", "/v1/ula/models").status_code == 200
+    assert stranger("GET", "/v1/ula/models").status_code == 401
     for path in ("/v1/messages", "/v1/ula/chat/completions", "/v1/chat/completions"):  # refused before routing
         assert call("POST", path, json={}, headers={"x-big": "x" * 70_000}).status_code == 431
     assert call("POST", "/v1/ula/generate-video", json={}).status_code == 501

@@ -24,6 +24,7 @@ from pydantic import TypeAdapter
 
 from inferplex.app import create_app
 from inferplex.config import parse_config
+from inferplex.dialects import inferexchange_responses as ixr
 from inferplex.dialects import oneinfer_responses as oir
 from inferplex.dialects import openai_responses as oa
 from inferplex.dialects.anthropic import responses as ar
@@ -161,7 +162,7 @@ ROUTES = {
         "/api/v1/chat/completions",
         {"model": "echo-model", "messages": _HI},
         oa.ChatCompletion,
-        oa.OpenAIError,
+        ixr.InferExchangeError,
         OPENAI_CHAT_FIELDS,
     ),
 }
@@ -187,6 +188,7 @@ def client(
     every request reserved and settled) on PostgreSQL, which refuses what SQLite stores (NUL, big integers)."""
     raw = openai_config(fake_openai)
     raw["server"]["data_dir"] = str(tmp_path_factory.mktemp("props"))
+    raw["inferexchange"] = {"chat_rpm": None}  # every example reaches the parser, not InferExchange's 60/min
     database = "inferplex_props_" + secrets.token_hex(6)
     postgres = request.param.endswith("postgresql")
     if postgres:

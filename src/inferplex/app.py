@@ -62,7 +62,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         err = plain_error(f"Method not allowed: {what}.", 405, "method_not_allowed")
     else:
         err = plain_error(exc.detail, exc.status_code, "invalid_request_error")
-    return json_response(error_payload(request.url.path, err), dict(exc.headers or {}), exc.status_code)
+    payload = error_payload(request.url.path, err)
+    headers = dict(exc.headers or {})
+    if isinstance(payload.get("request_id"), str):  # a dialect whose bodies name the request (Inferada)
+        headers["x-request-id"] = payload["request_id"]
+    return json_response(payload, headers, exc.status_code)
 
 
 class Gateway(Starlette):

@@ -20,7 +20,11 @@ from starlette.requests import Request
 from inferplex.accounts.limits import NO_LIMITS, LimitPlan
 from inferplex.errors import PermissionDenied, Unauthenticated
 
-ALL_SCOPES = frozenset({"chat", "embeddings", "images", "audio", "video", "models:read", "admin"})
+# The last three are Inferada's published scopes: its processors (processors/base.py SCOPES) and its pii and
+# language routes (dialects/inferada.py).
+ALL_SCOPES = frozenset(
+    {"chat", "embeddings", "images", "audio", "video", "models:read", "admin", "pii", "language", "completions"}
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from inferplex.prompting.templates import TemplateProblem, check_template
 from inferplex.provider_kinds import known_kinds
 
 
@@ -110,6 +111,9 @@ class DeploymentConfig(_Strict):
     id: str | None = Field(None, pattern=r"^[A-Za-z0-9_.:-]+$")
     dedicated: bool = False
     region: str | None = None
+    # Where it runs, for `require_local` (docs/processors.md): unset means on premises for a `local` provider,
+    # else cloud (targets.Target.location).
+    location: Literal["on_premises", "cloud"] | None = None
     weight: float = Field(1.0, ge=0)
     priority: int = 0
     rpm: int | None = Field(None, gt=0)
@@ -160,6 +164,20 @@ class ModelConfig(_Strict):
     flex_pricing: Pricing | None = None
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     created: int = 1735689600
+    # Inferada's prompt templating (prompting/): the model's default system prompt, and how system text is
+    # rendered (`off`: literal; `vars`: {{ variable }} only; `logic`: conditionals and loops, default only).
+    system_prompt: str | None = None
+    template_render_mode: Literal["off", "vars", "logic"] = "off"
+
+    @model_validator(mode="after")
+    def _prompt_template(self) -> ModelConfig:
+        """An operator's template is refused when the config is loaded, never on a caller's request."""
+        if self.system_prompt is not None:
+            try:
+                check_template(self.system_prompt, self.template_render_mode)
+            except TemplateProblem as exc:
+                raise ValueError(f"system_prompt: {exc}") from None
+        return self
 
 
 class ServerConfig(_Strict):
@@ -222,6 +240,14 @@ class AccountsConfig(_Strict):
     token_secret: Secret | None = None
 
 
+class InferExchangeConfig(_Strict):
+    """InferExchange's published per-route limits on `/api/v1`, in requests per minute per caller key
+    (docs/dialects.md); `null` turns a route's limit off."""
+
+    chat_rpm: int | None = Field(60, gt=0)
+    models_rpm: int | None = Field(30, gt=0)
+
+
 class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     providers: list[ProviderConfig] = Field(default_factory=list)
@@ -229,6 +255,7 @@ class Config(_Strict):
     routing: RoutingStoreConfig = Field(default_factory=RoutingStoreConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     accounts: AccountsConfig = Field(default_factory=AccountsConfig)
+    inferexchange: InferExchangeConfig = Field(default_factory=InferExchangeConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Config:

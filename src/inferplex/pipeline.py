@@ -30,6 +30,7 @@ from inferplex.errors import GatewayError, InternalError, UpstreamError
 from inferplex.families.base import Family
 from inferplex.families.chat import CHAT
 from inferplex.gateway_request import GatewayRequest
+from inferplex.prompting.assembly import assemble
 from inferplex.providers.base import Adapter
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, Usage
 from inferplex.routing.options import route_options
@@ -352,6 +353,7 @@ class Pipeline:
             request = await run.pre(ctx, request)
         ctx.route = route_options(request)
         resolved = self.resolve(ctx, request.body.model, request.options.provider_name, CHAT)
+        request = assemble(request, resolved.model)  # the one system prompt, before the estimate counts it
         admission = await self.guard.admit(ctx, CHAT, resolved.model, request)
         return request, run, resolved, admission
 
@@ -382,7 +384,9 @@ class Pipeline:
             return response
 
         async def again(retry: GatewayRequest[ChatRequest]) -> ChatCompletion:
-            """A processor's retry: same routing and admission; its usage adds to the request's."""
+            """A processor's retry: same routing and admission; its usage adds to the request's. The retry is
+            built from the request the processor saw before assembly, so it is assembled in turn."""
+            retry = assemble(retry, resolved.model)
             answer = await self.router.run(ctx, resolved, lambda t: self.adapter(CHAT, t).chat(retry, t, ctx.info))
             ctx.timings.mark_upstream_end()
             ctx.usage = add_usage(ctx.usage, answer.get("usage"))

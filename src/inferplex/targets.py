@@ -30,3 +30,9 @@ class Target:
     @property
     def upstream_model(self) -> str:
         return self.deployment.model
+
+    @property
+    def location(self) -> str:
+        """Where it runs: the deployment's `location`, else on premises for the bundled `local` runtime and
+        cloud for every other kind (a URL says nothing reliable about who operates the machine)."""
+        return self.deployment.location or ("on_premises" if self.provider.kind == "local" else "cloud")

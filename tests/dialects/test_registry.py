@@ -24,7 +24,7 @@ from tests.gateway_server import GatewayServer
 
 def test_every_route_belongs_to_the_dialect_that_serves_it() -> None:
     names = [d.name for d in registry.dialects()]
-    assert names == ["openai", "anthropic", "oneinfer", "unify", "inferexchange"]
+    assert names == ["openai", "anthropic", "oneinfer", "unify", "inferexchange", "inferada"]
     for dialect in registry.dialects():
         for route in dialect.routes:
             assert isinstance(route, Route)

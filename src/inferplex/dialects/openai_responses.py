@@ -163,6 +163,7 @@ class ModelCard(TypedDict):
     capabilities: ModelCapabilities
     pricing: ModelPricing
     providers: list[str]
+    locations: list[Literal["on_premises", "cloud"]]
 
 
 class ModelList(TypedDict):
@@ -182,6 +183,7 @@ class EndpointRow(TypedDict):
     model: str
     provider: str
     upstream_model: str
+    location: Literal["on_premises", "cloud"]
     type: Literal["chat", "embedding"]
     context_window: int | None
     max_output_tokens: int | None

@@ -62,6 +62,7 @@ _BUILTIN = {
     "oneinfer": "inferplex.dialects.oneinfer:DIALECT",
     "unify": "inferplex.dialects.unify:DIALECT",
     "inferexchange": "inferplex.dialects.inferexchange:DIALECT",
+    "inferada": "inferplex.dialects.inferada:DIALECT",
 }
 # The shape of an error on a path no dialect claims.
 DEFAULT = "openai"

@@ -5,8 +5,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from inferplex.dialects import inferada_responses as ir
+from inferplex.dialects import inferada_wire as iw
+from inferplex.dialects import inferexchange_responses as ixr
 from inferplex.dialects import oneinfer_responses as oir
 from inferplex.dialects import openai_responses as oa
+from inferplex.dialects import unify_responses as ur
 from inferplex.dialects.anthropic import responses as ar
 from inferplex.dialects.anthropic.wire import CountTokensRequest, MessagesRequest
 from inferplex.dialects.oneinfer import FORM_FIELDS
@@ -16,13 +22,16 @@ from inferplex.dialects.seed_wire import (
     OneInferChatRequest,
     UnifyChatRequest,
 )
+from inferplex.dialects.unify_wire import LogQuery
 from inferplex.openapi.spec import Dialect, Operation, Param
 
 OPENAI = Dialect("OpenAI", oa.OpenAIError)
 ANTHROPIC = Dialect("Anthropic", ar.AnthropicError, ("bearer", "apiKey"))
 ONEINFER = Dialect("OneInfer", oir.OneInferError)
+INFERADA = Dialect("Inferada", ir.InferadaError)
 UNIFY = Dialect("Unify", oa.OpenAIError)
-INFEREXCHANGE = Dialect("InferExchange", oa.OpenAIError)
+UNIFY_PLATFORM = Dialect("Unify platform", ur.UnifyError)
+INFEREXCHANGE = Dialect("InferExchange", ixr.InferExchangeError)
 GATEWAY = Dialect("Gateway", oa.OpenAIError)
 
 # The failures of a proxied call, and of a read-only catalogue route.
@@ -53,11 +62,123 @@ def _models(dialect: Dialect, prefix: str) -> list[Operation]:
     ]
 
 
+_COUNT = {"schema": {"type": "string", "pattern": "^[0-9]+$"}}
+# On every answer to a caller whose key was counted (docs/dialects.md, InferExchange).
+_RATE_HEADERS = {
+    "X-RateLimit-Limit": {"description": "requests per minute this route allows the key", **_COUNT},
+    "X-RateLimit-Remaining": {"description": "how many more it would admit now", **_COUNT},
+    "X-RateLimit-Reset": {"description": "unix time at which the key's bucket is full again", **_COUNT},
+}
+
+
+def _inferexchange() -> list[Operation]:
+    """Chat as OpenAI's, the models list in InferExchange's own shape; both limited per route (a 429)."""
+    ix, prefix = INFEREXCHANGE, "/api/v1"
+    models = (*CATALOG_ERRORS, 429)
+    return [
+        dataclasses.replace(_chat(ix, prefix + "/chat/completions"), headers=_RATE_HEADERS),
+        Operation("get", f"{prefix}/models", "The models this key may use, priced", ix, ixr.InferExchangeModelList,
+                  models, headers=_RATE_HEADERS),
+        Operation("get", prefix + "/models/{model_id}", "One model", ix, ixr.InferExchangeModel, (*models, 404),
+                  headers=_RATE_HEADERS),
+    ]  # fmt: skip
+
+
+def _unify_platform() -> list[Operation]:
+    """Unify's `/v0` routes but chat: FastAPI's errors, a 422 for a bad parameter (`UnifyError`)."""
+    q, p = Param, UNIFY_PLATFORM
+    read = (401, 403, 422, 500, 503)
+    when = "`YYYY-MM-DD hh:mm:ss` or ISO 8601, UTC unless it names a zone"
+    times = (q("start_time", description=when), q("end_time", description=when))
+    listed = "comma-separated, or the parameter repeated"
+    return [
+        Operation("get", "/v0/endpoints", "Every `model@provider` endpoint", p, list[str], read, params=_FILTERS),
+        Operation("get", "/v0/models", "The models served", p, list[str], read, params=_FILTERS[1:]),
+        Operation("get", "/v0/providers", "The providers serving", p, list[str], read, params=_FILTERS[:1]),
+        Operation(
+            "get",
+            "/v0/queries",
+            "The query history, newest first, 100 per page",
+            p,
+            list[ur.QueryItem],
+            read,
+            params=(
+                q("tags", description="any of these tags; " + listed),
+                q("endpoints", description="only these `model@provider`; " + listed),
+                *times,
+                q("page_number", {"type": "string"}, description="from 1"),
+                q("failures", description="false (default): successes; true: both; `only`: failures"),
+            ),
+        ),
+        Operation(
+            "post",
+            "/v0/queries",
+            "Log a query made elsewhere (never billed)",
+            p,
+            ur.QueryLogged,
+            (400, 413, 415, *read),
+            LogQuery,
+        ),
+        Operation("get", "/v0/tags", "Every tag on the caller's queries", p, list[str], read),
+        Operation(
+            "get",
+            "/v0/metrics",
+            "Per interval: requests, tokens, p50/p95 generation time and tokens per second",
+            p,
+            list[ur.MetricsInterval],
+            read,
+            params=(
+                *times,
+                q("models", description=listed),
+                q("providers", description=listed),
+                q("interval", description="seconds, default 300"),
+                q("secondary_user_id", description="the `user` a chat request sent"),
+            ),
+        ),
+        Operation(
+            "get",
+            "/v0/endpoint-metrics",
+            "Time to first token and inter-token latency measured from traffic, and prices, per hour",
+            p,
+            list[ur.EndpointMetric],
+            (*read, 404),
+            params=(q("model", required=True), q("provider", required=True), *times),
+        ),
+        Operation("get", "/v0/credits", "The account's balance in USD", p, ur.Credits, read),
+    ]
+
+
 _FORM = {
     "type": "object",
     "properties": {name: {"type": "string"} for name in ("provider", "model", *FORM_FIELDS)},
     "description": "The JSON body's fields as form fields; `messages` (and a list `stop`) as JSON text.",
 }
+
+
+def _inferada() -> list[Operation]:
+    """Inferada's standalone routes (dialects/inferada.py); `/v2/check` also takes LanguageTool's form."""
+    errors = (400, 401, 403, 404, 413, 422, 500, 503)
+    form = {
+        "type": "object",
+        "properties": {name: {"type": "string"} for name in iw.CheckRequest.model_fields},
+        "description": "LanguageTool's parameters as form fields (booleans as text); `text` or `data`.",
+    }
+    return [
+        Operation("post", "/v1/pii/analyse", "Find PII", INFERADA, ir.PiiAnalysis, errors, iw.PiiTextRequest),
+        Operation("post", "/v1/pii/redact", "Replace PII with placeholders", INFERADA, ir.PiiRedaction, errors,
+                  iw.PiiTextRequest),
+        Operation("post", "/v1/pii/restore", "Put a redaction's originals back", INFERADA, ir.PiiRestoration,
+                  errors, iw.PiiRestoreRequest),
+        Operation("post", "/v1/language/correct", "Correct spelling", INFERADA, ir.LanguageCorrection, errors,
+                  iw.CorrectRequest),
+        Operation("post", "/v2/check", "Check a text (LanguageTool's API)", INFERADA, ir.LtCheck, errors,
+                  iw.CheckRequest, form=form, form_media="application/x-www-form-urlencoded"),
+        Operation("get", "/v2/languages", "The checker's languages (LanguageTool's API)", INFERADA,
+                  list[ir.LtLanguageEntry], (401, 403, 500, 503)),
+        Operation("get", "/v1/services", "The services this key reaches, per scope", INFERADA, ir.ServiceList,
+                  (400, 401, 403, 500, 503), params=(Param("scope", description="only this scope"),)),
+    ]  # fmt: skip
+
 
 OPERATIONS: list[Operation] = [
     Operation("get", "/health", "Liveness", GATEWAY, oa.Health, (), authenticated=False),
@@ -119,6 +240,25 @@ OPERATIONS: list[Operation] = [
     ),
     Operation(
         "post",
+        "/v1/ula/oauth-authentication",
+        "Trade an API key for a short-lived bearer token",
+        ONEINFER,
+        oir.OneInferAccessToken,
+        (403, 422, 500, 503),
+        params=(Param("api_key", required=True, description="the API key; a bad one is a 403"),),
+        description="No body. The token is the gateway's own (`/v1/auth/token`'s), with the key's scopes.",
+        authenticated=False,
+    ),
+    Operation(
+        "get",
+        "/v1/ula/models",
+        "The models this key may use (inferred: OneInfer's page for it was not found)",
+        ONEINFER,
+        oir.OneInferModelsEnvelope,
+        CATALOG_ERRORS,
+    ),
+    Operation(
+        "post",
         "/v1/ula/generate-image",
         "Image generation (not yet supported)",
         ONEINFER,
@@ -135,10 +275,8 @@ OPERATIONS: list[Operation] = [
     ),
     # Unify
     _chat(UNIFY, "/v0/chat/completions", UnifyChatRequest),
-    Operation(
-        "get", "/v0/endpoints", "Every `model@provider` endpoint", UNIFY, list[str], CATALOG_ERRORS, params=_FILTERS
-    ),
+    *_unify_platform(),
     # InferExchange
-    _chat(INFEREXCHANGE, "/api/v1/chat/completions"),
-    *_models(INFEREXCHANGE, "/api/v1"),
+    *_inferexchange(),
+    *_inferada(),
 ]

@@ -76,9 +76,11 @@ class Operation:
     stream: Any = None  # the type of each `data:` frame, when `stream: true` answers SSE
     stream_done: bool = True  # the stream ends with `data: [DONE]` (OpenAI's convention; not Anthropic's)
     form: dict[str, Any] | None = None  # a multipart/form-data schema accepted beside JSON
+    form_media: str = "multipart/form-data"  # the form's media type (LanguageTool's is urlencoded)
     params: tuple[Param, ...] = ()
     description: str | None = None
     authenticated: bool = True
+    headers: dict[str, Any] = field(default_factory=dict)  # response headers its answers may carry
 
 
 class _Schemas:
@@ -141,6 +143,8 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
         responses[str(status)] = {"description": STATUS_TEXT[status], "content": error}
         if status in (429, 503):
             responses[str(status)]["headers"] = {"Retry-After": RETRY_AFTER}
+    for answer in responses.values() if op.headers else ():
+        answer["headers"] = {**op.headers, **answer.get("headers", {})}
     out: dict[str, Any] = {
         "summary": op.summary,
         "tags": [op.dialect.tag],
@@ -160,7 +164,7 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     if op.body is not None:
         content = _json(schemas.ref(op.body, "validation"))
         if op.form is not None:
-            content["multipart/form-data"] = {"schema": op.form}
+            content[op.form_media] = {"schema": op.form}
         out["requestBody"] = {"required": op.body_required, "content": content}
     return out
 

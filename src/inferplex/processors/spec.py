@@ -67,10 +67,15 @@ def requested(raw: Mapping[str, Any]) -> Requested:
         return Requested(None)
     if not isinstance(theirs, Mapping):
         raise InvalidRequest("`inferada` must be an object.", param="inferada")
-    specs = [
-        Spec(s.name, {**INFERADA_MEANING.get(s.name, {}), **s.options})
-        for s in parse_list(theirs.get("processors", []), "inferada.processors", theirs)
-    ]
+    listed = theirs.get("processors")  # absent (only other `inferada` options): the key's defaults still run
+    specs = (
+        None
+        if listed is None
+        else [
+            Spec(s.name, {**INFERADA_MEANING.get(s.name, {}), **s.options})
+            for s in parse_list(listed, "inferada.processors", theirs)
+        ]
+    )
     return Requested(specs, _language(theirs.get("language"), "inferada.language"), inferada=True)
 
 

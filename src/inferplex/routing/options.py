@@ -37,6 +37,7 @@ class RouteOptions:
     service_tier: str = "default"
     region: str | None = None
     timeout: float | None = None
+    location: str | None = None  # only deployments running there (`require_local`: on_premises)
 
 
 def _names(value: Any, param: str) -> tuple[str, ...]:
@@ -97,4 +98,5 @@ def route_options(request: GatewayRequest[ChatRequest]) -> RouteOptions:
         service_tier=service_tier(body.service_tier),
         region=opts.region,
         timeout=opts.timeout,
+        location=opts.location,
     )

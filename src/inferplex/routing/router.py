@@ -27,7 +27,15 @@ from inferplex.catalog import Catalog, Resolved
 from inferplex.config import Config, CooldownConfig, ModelConfig, Timeouts
 from inferplex.context import Attempt, Context
 from inferplex.deadlines import Deadline
-from inferplex.errors import GatewayError, InvalidRequest, NotFound, RateLimited, Unavailable, UpstreamTimeout
+from inferplex.errors import (
+    GatewayError,
+    InvalidRequest,
+    NotFound,
+    ProcessorRejected,
+    RateLimited,
+    Unavailable,
+    UpstreamTimeout,
+)
 from inferplex.providers.http import deployment_timeouts
 from inferplex.routing.attempt import Slot, WatchedStream, stamp
 from inferplex.routing.cooldown import Cooldowns, Gate, MemoryCooldowns, RedisCooldowns
@@ -102,6 +110,11 @@ class Router:
             for t in resolved.targets:
                 d = t.deployment
                 if d.id == opts.endpoint_id and (not d.dedicated or ctx.principal.may_use(d.id)):
+                    if opts.location is not None and t.location != opts.location:
+                        raise ProcessorRejected(
+                            f"The endpoint `{d.id}` does not run {opts.location.replace('_', '-')}.",
+                            param="endpoint_id",
+                        )
                     return [(resolved.model, [t])]
             raise NotFound(
                 f"The endpoint `{opts.endpoint_id}` does not exist for model `{resolved.model.name}` "
@@ -143,6 +156,7 @@ class Router:
             t
             for t in targets
             if (opts.region is None or t.deployment.region == opts.region)
+            and (opts.location is None or t.location == opts.location)
             and (prefs.only is None or t.provider.name in prefs.only)
             and t.provider.name not in prefs.ignore
         ]
@@ -153,6 +167,10 @@ class Router:
     @staticmethod
     def _nothing_serves(resolved: Resolved, opts: RouteOptions) -> GatewayError:
         name = resolved.model.name
+        if opts.location is not None and not any(t.location == opts.location for t in resolved.targets):
+            return ProcessorRejected(
+                f"No deployment of `{name}` runs {opts.location.replace('_', '-')}.", param="model"
+            )
         if opts.region is not None and not any(t.deployment.region == opts.region for t in resolved.targets):
             return InvalidRequest(
                 f"No deployment of `{name}` serves the region `{opts.region}`.",
