@@ -87,6 +87,11 @@ class ProcessorRun(Protocol):
         """True when a processor needs the whole answer: a stream is then served from a buffered call."""
         ...
 
+    @property
+    def segments(self) -> list[str]:
+        """What the processors add to the system prompt (`prompting.assemble` puts it after the model's own)."""
+        ...
+
 
 class _Settled:
     async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
@@ -353,7 +358,8 @@ class Pipeline:
             request = await run.pre(ctx, request)
         ctx.route = route_options(request)
         resolved = self.resolve(ctx, request.body.model, request.options.provider_name, CHAT)
-        request = assemble(request, resolved.model)  # the one system prompt, before the estimate counts it
+        # The one system prompt (the model's, the processors' segments, the caller's), before the estimate counts it.
+        request = assemble(request, resolved.model, run.segments if run is not None else ())
         admission = await self.guard.admit(ctx, CHAT, resolved.model, request)
         return request, run, resolved, admission
 
@@ -386,7 +392,7 @@ class Pipeline:
         async def again(retry: GatewayRequest[ChatRequest]) -> ChatCompletion:
             """A processor's retry: same routing and admission; its usage adds to the request's. The retry is
             built from the request the processor saw before assembly, so it is assembled in turn."""
-            retry = assemble(retry, resolved.model)
+            retry = assemble(retry, resolved.model, run.segments)
             answer = await self.router.run(ctx, resolved, lambda t: self.adapter(CHAT, t).chat(retry, t, ctx.info))
             ctx.timings.mark_upstream_end()
             ctx.usage = add_usage(ctx.usage, answer.get("usage"))

@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from inferplex.config import DeploymentConfig, ModelConfig, ProviderConfig
+from inferplex.processors.pii import KEEP_PLACEHOLDERS
 from inferplex.targets import Target
 from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
@@ -183,8 +184,9 @@ def test_anonymise_redacts_before_the_model_and_restores_the_answer(
     body = _body("Mail ana@example.com or call 06 12345678", inferada={"processors": ["anonymise"], "language": "nl"})
     r = _post(server, key, {**body, "stream": False})
     assert r.status_code == 200, r.text
-    sent = fake_openai.state.last().body["messages"][0]["content"]
-    assert sent == "Mail [EMAIL_1] or call [PHONE_1]"  # a Dutch mobile number, read as Dutch because of `nl`
+    system, user = fake_openai.state.last().body["messages"]
+    assert user["content"] == "Mail [EMAIL_1] or call [PHONE_1]"  # a Dutch mobile number, read as Dutch (`nl`)
+    assert system == {"role": "system", "content": KEEP_PLACEHOLDERS}  # anonymise's segment of the system prompt
     assert r.json()["choices"][0]["message"]["content"] == "Mail ana@example.com or call 06 12345678"
     meta = r.json()["inferada"]["anonymise"]
     assert meta["redacted"] == 2 and meta["restored"] == 2 and meta["language"] == "nl"

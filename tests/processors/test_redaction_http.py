@@ -8,6 +8,7 @@ import httpx
 import openai
 import orjson
 
+from inferplex.processors.pii import KEEP_PLACEHOLDERS
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 
@@ -73,8 +74,30 @@ def test_restore_buffered_puts_originals_back(http: httpx.Client, fake_openai: F
     r = _chat(http, PII_TEXT, processors=[{"name": "pii_redact", "mode": "restore"}])
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == PII_TEXT
-    assert "[EMAIL_1]" in fake_openai.state.last().body["messages"][0]["content"]
+    assert "[EMAIL_1]" in fake_openai.state.last().body["messages"][-1]["content"]
     assert r.json()["processors"]["pii_redact"]["restored"] == 6
+
+
+def test_restore_asks_the_model_to_keep_placeholders_in_the_one_system_prompt(
+    http: httpx.Client, fake_openai: FakeOpenAI
+) -> None:
+    """A restoring redaction adds its segment to the system prompt (after the model's default, before the
+    caller's system messages, as one message): the originals come back only where a placeholder survives."""
+    body = {
+        "model": "tiny-mid",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PII_TEXT}],
+        "processors": [{"name": "pii_redact", "mode": "restore"}],
+    }
+    assert http.post("/chat/completions", json=body).status_code == 200
+    sent = fake_openai.state.last().body["messages"]
+    assert [m["role"] for m in sent] == ["system", "user"]
+    assert sent[0]["content"] == KEEP_PLACEHOLDERS + "\n\n---\n\nBe brief."
+    for processors in (["pii_redact"], [{"name": "pii_redact", "mode": "restore"}]):
+        masked = {**body, "processors": processors}  # mask mode, or nothing to redact: no segment
+        if processors != ["pii_redact"]:
+            masked["messages"] = [body["messages"][0], {"role": "user", "content": "Nothing personal here."}]
+        assert http.post("/chat/completions", json=masked).status_code == 200
+        assert fake_openai.state.last().body["messages"][0] == {"role": "system", "content": "Be brief."}
 
 
 def test_restore_in_a_stream_of_tiny_chunks_rebuilds_split_placeholders(
@@ -89,7 +112,7 @@ def test_restore_in_a_stream_of_tiny_chunks_rebuilds_split_placeholders(
     )
     pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
     assert "".join(pieces) == PII_TEXT
-    upstream_text = fake_openai.state.last().body["messages"][0]["content"]
+    upstream_text = fake_openai.state.last().body["messages"][-1]["content"]  # [0]: the system prompt's segment
     # The fake streamed the redacted prompt 1-3 characters at a time: every placeholder arrived split.
     assert upstream_text.count("[") == 6 and len(pieces) > len(upstream_text) // 3
     assert not any("[" in p or "]" in p for p in pieces)  # no placeholder fragment reached the caller

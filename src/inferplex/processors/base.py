@@ -37,6 +37,9 @@ class Exchange:
 
     language: str | None = None  # the request's language (inferada.language, an option, or detected)
     may_use: Callable[[str], bool] = field(default=lambda _: True)
+    # Text a processor adds to the one system prompt (prompting/assembly.py): after the model's default prompt,
+    # before the caller's system messages, in the order the processors ran.
+    segments: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,10 @@ class Chain:
     def buffered(self) -> bool:
         return any(p.buffered for p in self.processors)
 
+    @property
+    def segments(self) -> list[str]:
+        return self.exchange.segments
+
     def metadata(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for p in self.processors:

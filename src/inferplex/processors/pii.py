@@ -43,6 +43,13 @@ def region_of(language: str) -> str:
     return country.upper() if len(country) == 2 else REGIONS[primary]
 
 
+# The system-prompt segment of a restoring redaction: the originals can be put back only where the model
+# wrote a placeholder exactly as it received it.
+KEEP_PLACEHOLDERS = (
+    "Some personal data in this conversation was replaced by placeholders in square brackets, such as "
+    "[EMAIL_1] or [NAME_1]. Where you refer to that data, write its placeholder exactly as it appears."
+)
+
 class PiiRedact(Step):
     name = "pii_redact"
     order = 40
@@ -75,6 +82,8 @@ class PiiRedact(Step):
             self.region = region_of(ex.language)
             self.metadata["language"] = ex.language
         request = rewrite(request, self.redact)
+        if self.mode == "restore" and self.found:
+            ex.segments.append(KEEP_PLACEHOLDERS)
         self.metadata.update(
             mode=self.mode, redacted=sum(self.found.values()), entities=dict(sorted(self.found.items()))
         )
