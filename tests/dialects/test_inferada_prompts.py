@@ -348,3 +348,22 @@ def test_a_refused_template_costs_nothing_and_the_sent_prompt_is_billed(
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert balance < 1_000_000
+
+
+def test_token_counts_include_the_models_own_system_prompt(gw: GatewayServer) -> None:
+    """`/v1/messages/count_tokens` counts what the upstream would be sent: the model's default prompt too, on a
+    target that counts itself (Anthropic's count_tokens) and on one the gateway estimates for (OpenAI)."""
+    messages = [{"role": "user", "content": "Hello there."}]
+
+    def count(model: str) -> int:
+        r = httpx.post(
+            gw.url + "/v1/messages/count_tokens",
+            json={"model": model, "messages": messages},
+            headers={"x-api-key": gw.master_key, "anthropic-version": "2023-06-01"},
+        )
+        assert r.status_code == 200, r.text
+        return int(r.json()["input_tokens"])
+
+    plain = count("plain-gpt")
+    assert count("vars-gpt") >= plain + len(rendered_vars()) // 4
+    assert count("logic-claude") > count("plain-gpt")

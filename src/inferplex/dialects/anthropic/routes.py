@@ -40,6 +40,7 @@ from inferplex.families.chat import CHAT
 from inferplex.families.token_count import TOKEN_COUNT
 from inferplex.gateway_request import NO_OPTIONS, GatewayRequest
 from inferplex.pipeline import ChatStream
+from inferplex.prompting.assembly import assemble
 from inferplex.providers.failures import UpstreamOverloaded
 from inferplex.responses import ChatCompletion
 from inferplex.services import Services
@@ -156,11 +157,12 @@ async def count_tokens(request: Request, ctx: Context) -> Response:
     wire: CountTokensRequest = parse(CountTokensRequest, body)
     if not wire.messages:
         raise InvalidRequest("messages: at least one message is required", param="messages")
-    full, chat = _canonical(wire, request)
+    _, chat = _canonical(wire, request)
     resolved = services.pipeline.resolve(ctx, chat.body.model, chat.options.provider_name, TOKEN_COUNT)
+    chat = assemble(chat, resolved.model)  # counted as it would be sent: with the model's own system prompt
     target = ctx.target = resolved.targets[0]
     counter = TOKEN_COUNT.implemented_by(services.pipeline.adapters[target.provider.name])
-    count = await counter.count_tokens(chat.body, target) if counter is not None else estimate_input_tokens(full)
+    count = await counter.count_tokens(chat.body, target) if counter is not None else estimate_input_tokens(chat.wire())
     return json_response({"input_tokens": count}, _headers(ctx))
 
 
