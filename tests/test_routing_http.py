@@ -265,6 +265,23 @@ def test_cooldown_takes_a_failing_deployment_out_and_probes_it_back(ups: list[Fl
         assert chat(gw, model="m").headers["x-inferplex-deployment"] == "p0/up-0"
 
 
+def test_a_model_that_refuses_when_every_breaker_is_open_answers_503_with_retry_after(ups: list[FlipOpenAI]) -> None:
+    """`when_all_open: refuse` (InferExchange's "no serving capacity answers 503"): no probe, a 503 naming the
+    wait, in the dialect of the route (OpenAI's object; InferExchange's own shape under /api/v1)."""
+    ups[0].flip("status:500")
+    cooldown = {"failures": 2, "window": 30, "period": 30, "when_all_open": "refuse"}
+    with GatewayServer(config(ups, [model("m", [dep(0)], cooldown=cooldown, retries=0)])) as gw:
+        for _ in range(2):
+            assert chat(gw, model="m").status_code == 502
+        r = chat(gw, model="m")
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "model_unavailable" and "cooling down" in r.json()["error"]["message"]
+        assert 1 <= int(r.headers["retry-after"]) <= 30
+        ix = httpx.post(gw.url + "/api/v1/chat/completions", headers=gw.auth, json={"model": "m", "messages": MSG})
+        assert ix.status_code == 503 and ix.json()["error"]["code"] == "MODEL_UNAVAILABLE"
+        assert ups[0].hits == 2  # never probed while refusing
+
+
 @pytest.fixture
 def redis_prefix() -> Iterator[str]:
     import redis

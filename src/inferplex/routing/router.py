@@ -9,7 +9,8 @@ or retries the same one after a backoff (honouring `Retry-After` when it fits); 
 `retries + 1` attempts, and all of it must fit in the request's deadline.
 
 If every deployment of every group is cooling down, the one that reopens soonest is tried once anyway: the
-breaker steers traffic to healthy deployments, it never refuses a request on its own.
+breaker steers traffic to healthy deployments, it never refuses a request on its own, unless the model's
+`routing.cooldown.when_all_open` is `refuse` (then a 503 with `Retry-After`).
 
 The router never settles money: the pipeline settles once per request, and a failed attempt costs nothing.
 It records each attempt on `ctx.attempt_log` and reports the deployment that served and the tier used.
@@ -206,7 +207,13 @@ class Router:
                 if ex.rate_wait is not None:
                     rate_wait = ex.rate_wait if rate_wait is None else min(rate_wait, ex.rate_wait)
         if ctx.attempts == 0 and cooling:
-            _, target = min(cooling, key=lambda c: c[0])
+            reopens, target = min(cooling, key=lambda c: c[0])
+            if policy.cooldown.when_all_open == "refuse":
+                raise Unavailable(
+                    f"Every deployment of `{resolved.model.name}` is cooling down after failures; "
+                    f"try again in {max(reopens, 0.0):.0f} s.",
+                    retry_after=max(reopens, 1.0),
+                )
             return await self._attempt(ctx, target, opts, deadline, call, probe=True)
         if error is not None:
             raise error
