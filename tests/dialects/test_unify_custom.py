@@ -166,6 +166,27 @@ def test_rename_and_delete(open_gw: GatewayServer, own_upstream: FakeOpenAI) -> 
     assert me.call("GET", "/v0/custom_api_key/list").json() == []
 
 
+def test_earlier_sdk_arguments_and_short_keys(open_gw: GatewayServer, own_upstream: FakeOpenAI) -> None:
+    """unifyai's earlier `create_custom_endpoint` sends a bare name with `provider` and `model_name`."""
+    me = Account(open_gw)
+    assert me.call("POST", "/v0/custom_api_key", name="short", value="1234").status_code == 200
+    assert me.call("GET", "/v0/custom_api_key", name="short").json() == {"name": "short", "value": "****"}
+    resp = me.call(
+        "POST",
+        "/v0/custom_endpoint",
+        name="bare",
+        provider="custom",
+        url=own_upstream.base_url,
+        key_name="short",
+        model_name="older-model",
+    )
+    assert resp.status_code == 200, resp.text
+    listed = me.call("GET", "/v0/custom_endpoint/list").json()
+    assert listed == [{"name": "bare@custom", "url": own_upstream.base_url, "key": "short", "model_arg": "older-model"}]
+    again = me.call("POST", "/v0/custom_endpoint", name="bare@custom", url=own_upstream.base_url, key_name="short")
+    assert again.status_code == 400 and "already exists" in again.json()["detail"]
+
+
 @pytest.mark.parametrize(
     ("params", "status", "where"),
     [
