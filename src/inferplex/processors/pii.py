@@ -50,6 +50,7 @@ KEEP_PLACEHOLDERS = (
     "[EMAIL_1] or [NAME_1]. Where you refer to that data, write its placeholder exactly as it appears."
 )
 
+
 class PiiRedact(Step):
     name = "pii_redact"
     order = 40
