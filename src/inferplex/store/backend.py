@@ -32,7 +32,7 @@ from sqlalchemy.sql import ClauseElement
 
 from inferplex.store.driver import DriverStatement, compile_for
 from inferplex.store.key_cache import KeyCache
-from inferplex.store.moves import Move
+from inferplex.store.moves import Move, Result
 
 T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -119,9 +119,10 @@ class Database(ABC):
         return await self.single(fn)
 
     @abstractmethod
-    async def apply_moves(self, moves: Sequence[Move], now: float) -> list[int | None]:
+    async def apply_moves(self, moves: Sequence[Move], now: float) -> list[Result]:
         """Apply a batch of ledger moves by the rule of store/moves.py, in one transaction, their rows dated
-        `now`: for each move the balance after it, or None if it was not applied."""
+        `now` and their spend counted in `now`'s month: for each move the balance after it, a `CapReached`
+        for a reservation a monthly cap refused, or None if it was not applied."""
 
     @abstractmethod
     def bulk_insert(self, table: Table, columns: Sequence[str]) -> BulkInsert:

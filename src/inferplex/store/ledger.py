@@ -4,11 +4,12 @@ Reservations and settlements made while another batch is in flight go together i
 one transaction per batch, applied by the database's `apply_moves` under the rule of store/moves.py: each
 move as if alone, in the same order on both engines (by account, settlements first), and each account's
 balance read once, its moves applied to it, and written back once. On PostgreSQL the batch is one call to
-the function of migration 0004, which locks each account row (`SELECT ... FOR UPDATE`, accounts in id
-order, so concurrent batches cannot deadlock) for that; on SQLite the writer holds the database's write
-lock for the whole batch (store/sqlite.py). Either way a reservation is applied only if the balance covers
-it, a balance never goes below what was reserved, and `balance == sum(ledger.amount)` holds after every
-transaction.
+the function of migration 0008 (0004's, with the monthly caps), which locks each account row (`SELECT ...
+FOR UPDATE`, accounts in id order, so concurrent batches cannot deadlock) for that; on SQLite the writer
+holds the database's write lock for the whole batch (store/sqlite.py). Either way a reservation is applied
+only if the balance covers it and the account's and the key's monthly caps allow it (each month's spend and
+reserved amount kept in the same step), a balance never goes below what was reserved, and
+`balance == sum(ledger.amount)` holds after every transaction.
 
 A batch that fails because the database cannot be reached (or stays silent past `storage.timeout_s`) may or
 may not have committed: no client can tell. Its settlements are kept in the spool (store/spool.py), and its
@@ -24,7 +25,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -34,7 +35,7 @@ from sqlalchemy.engine import Connection
 from inferplex.batching import Batcher
 from inferplex.store import tables as t
 from inferplex.store.backend import UNREACHABLE, Database, StoreUnavailable
-from inferplex.store.moves import ENTRY_COLUMNS, Move
+from inferplex.store.moves import ENTRY_COLUMNS, Move, Result, Spend, month_of
 from inferplex.store.spool import MOVE, Spool
 
 log = logging.getLogger("inferplex.accounts")
@@ -49,6 +50,10 @@ class Account:
     tpm: int | None
     max_concurrent: int | None
     created_at: float
+    limit_rules: list[Any] = field(default_factory=list)
+    monthly_cap_micros: int | None = None
+    month_spent_micros: int = 0  # this calendar month's (UTC) settled costs
+    month_reserved_micros: int = 0  # held by requests in flight
 
     def public(self) -> dict[str, Any]:
         return {
@@ -59,13 +64,33 @@ class Account:
             "rpm": self.rpm,
             "tpm": self.tpm,
             "max_concurrent": self.max_concurrent,
+            "limit_rules": self.limit_rules,
             "created_at": self.created_at,
+            "monthly_cap_micros": self.monthly_cap_micros,
+            "month_spent_micros": self.month_spent_micros,
+            "month_reserved_micros": self.month_reserved_micros,
         }
 
 
 def _account(row: Any) -> Account:
     m = row._mapping
-    return Account(m["id"], m["name"], m["balance_micros"], m["rpm"], m["tpm"], m["max_concurrent"], m["created_at"])
+    limits = (m["rpm"], m["tpm"], m["max_concurrent"])
+    spent = _this_month(m["spend_month"], m["month_spent_micros"])
+    month = (m["monthly_cap_micros"], spent, m["month_reserved_micros"])
+    return Account(m["id"], m["name"], m["balance_micros"], *limits, m["created_at"], m["limit_rules"], *month)
+
+
+def _this_month(month: int | None, spent: int | None) -> int:
+    """A stored month's spend as of now: 0 if it is an older month's (the next move resets it: moves.Spend)."""
+    return 0 if month is None or spent is None or month < month_of(time.time()) else int(spent)
+
+
+@dataclass(frozen=True, slots=True)
+class MonthSpend:
+    """A key's month, as the admin API shows it beside its cap."""
+
+    month_spent_micros: int = 0
+    month_reserved_micros: int = 0
 
 
 class Spooled(StoreUnavailable):
@@ -74,12 +99,21 @@ class Spooled(StoreUnavailable):
 
 
 def _replayed(
-    account_id: str, amount: int, request_id: str, key_id: str | None, note: str | None, *, if_reserved: bool
+    account_id: str,
+    amount: int,
+    request_id: str,
+    key_id: str | None,
+    note: str | None,
+    *,
+    if_reserved: bool,
+    hold: int = 0,
+    spend: int = 0,
 ) -> dict[str, Any]:
     """A move for `Ledger.replay`: a settlement (what the request's reservation gives back), applied once per
-    request; `if_reserved`: a release, applied only if the request's reservation was."""
+    request; `if_reserved`: a release, applied only if the request's reservation was. `hold` and `spend`:
+    what it adds to the month's reserved amount and to its spend (moves.Move)."""
     return {"account_id": account_id, "amount": amount, "request_id": request_id, "key_id": key_id,
-            "note": note, "if_reserved": if_reserved}  # fmt: skip
+            "note": note, "if_reserved": if_reserved, "hold": hold, "spend": spend}  # fmt: skip
 
 
 def _spooled(moves: Sequence[Move]) -> list[dict[str, Any]]:
@@ -91,18 +125,21 @@ def _spooled(moves: Sequence[Move]) -> list[dict[str, Any]]:
             continue
         if m.conditional:
             note = "released: its batch failed"
-            out.append(_replayed(m.account_id, -m.amount, m.request_id, m.key_id, note, if_reserved=True))
+            release = _replayed(m.account_id, -m.amount, m.request_id, m.key_id, note, if_reserved=True, hold=-m.hold)
+            out.append(release)
         else:
-            out.append(_replayed(m.account_id, m.amount, m.request_id, m.key_id, m.note, if_reserved=False))
+            kept = (m.account_id, m.amount, m.request_id, m.key_id, m.note)
+            out.append(_replayed(*kept, if_reserved=False, hold=m.hold, spend=m.spend))
     return out
 
 
-def _settlement(account_id: str, returned: int, request_id: str | None, key_id: str | None) -> Move:
-    """A settlement: what a reservation gives back (negative: takes beyond it); applied whatever the balance."""
-    return Move(account_id, "settle", returned, False, request_id, key_id)
+def _settlement(account_id: str, reserved: int, actual: int, request_id: str | None, key_id: str | None) -> Move:
+    """A settlement: what a reservation gives back (negative: takes beyond it); applied whatever the balance.
+    The month's reserved amount loses the reservation, and its spend gains the real cost."""
+    return Move(account_id, "settle", reserved - actual, False, request_id, key_id, hold=-reserved, spend=actual)
 
 
-def _refunded(request_id: str | None, balance: int | None, error: BaseException | None) -> None:
+def _refunded(request_id: str | None, balance: Result, error: BaseException | None) -> None:
     if isinstance(error, Spooled):
         log.warning("the reservation of cancelled request %s is kept to give back later: %s", request_id, error)
     elif error is not None and not isinstance(error, asyncio.CancelledError):
@@ -118,15 +155,51 @@ def _has(account_id: Any, request_id: Any, kind: str) -> Any:
     )
 
 
+def _count_month(conn: Connection, account: str, key: str | None, hold: int, spend: int, now: float) -> None:
+    """A replayed move's part of the month (moves.Spend): the account's, and its key's, under the account's
+    row lock, which the replay holds. Its month is the replay's (a settlement spooled across the 1st counts
+    in the new month)."""
+    if not hold and not spend:
+        return
+    month = month_of(now)
+    acc, ks = t.accounts.c, t.key_spend.c
+    row = conn.execute(
+        select(acc.spend_month, acc.month_spent_micros, acc.month_reserved_micros).where(acc.id == account)
+    ).one()
+    mine = Spend(None, row.spend_month, row.month_spent_micros, row.month_reserved_micros).rolled(month)
+    mine.add(hold, spend)
+    months = {"spend_month": mine.month, "month_spent_micros": mine.spent, "month_reserved_micros": mine.reserved}
+    conn.execute(update(t.accounts).where(acc.id == account).values(months))
+    if key is None:
+        return
+    found = conn.execute(
+        select(ks.spend_month, ks.month_spent_micros, ks.month_reserved_micros).where(ks.key_id == key)
+    ).first()
+    theirs = Spend(None, month, 0, 0) if found is None else Spend(None, *found).rolled(month)
+    theirs.add(hold, spend)
+    months = {"spend_month": theirs.month, "month_spent_micros": theirs.spent, "month_reserved_micros": theirs.reserved}
+    if found is None:
+        conn.execute(insert(t.key_spend).values(key_id=key, **months))
+    else:
+        conn.execute(update(t.key_spend).where(ks.key_id == key).values(months))
+
+
 class Ledger:
     def __init__(self, db: Database, spool: Spool | None = None) -> None:
         self.db = db
         self.spool = spool
         # Every request's reservation and settlement go through here: concurrent ones share one round trip.
-        self._batch: Batcher[Move, int | None] = Batcher(self._batched, orphaned=self._orphaned)
+        self._batch: Batcher[Move, Result] = Batcher(self._batched, orphaned=self._orphaned)
 
     async def create_account(
-        self, name: str, *, rpm: int | None = None, tpm: int | None = None, max_concurrent: int | None = None
+        self,
+        name: str,
+        *,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        max_concurrent: int | None = None,
+        limit_rules: list[Any] | None = None,
+        monthly_cap_micros: int | None = None,
     ) -> Account:
         values = {
             "id": "acct_" + secrets.token_hex(8),
@@ -136,12 +209,15 @@ class Ledger:
             "tpm": tpm,
             "max_concurrent": max_concurrent,
             "created_at": time.time(),
+            "limit_rules": limit_rules or [],
+            "monthly_cap_micros": monthly_cap_micros,
         }
         await self.db.write(lambda conn: conn.execute(insert(t.accounts).values(values)))
         return Account(**values)  # type: ignore[arg-type]
 
     async def update_account(self, account_id: str, changes: dict[str, Any]) -> Account | None:
-        values = {k: v for k, v in changes.items() if k in ("name", "rpm", "tpm", "max_concurrent")}
+        editable = ("name", "rpm", "tpm", "max_concurrent", "limit_rules", "monthly_cap_micros")
+        values = {k: v for k, v in changes.items() if k in editable}
         if values:
             statement = update(t.accounts).where(t.accounts.c.id == account_id).values(values)
             await self.db.write(lambda conn: conn.execute(statement))
@@ -158,9 +234,10 @@ class Ledger:
         query = select(t.accounts).order_by(t.accounts.c.created_at)
         return [_account(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
 
-    async def reserve(self, account_id: str, amount: int, *, request_id: str, key_id: str | None) -> int | None:
-        """Take `amount` from the balance if it covers it: the new balance, or None (nothing changed)."""
-        return await self._batch.enqueue(Move(account_id, "reserve", -amount, True, request_id, key_id))
+    async def reserve(self, account_id: str, amount: int, *, request_id: str, key_id: str | None) -> Result:
+        """Take `amount` from the balance if it covers it and the account's and the key's monthly caps allow
+        it: the new balance, the cap that refused it (`CapReached`), or None (nothing changed either way)."""
+        return await self._batch.enqueue(Move(account_id, "reserve", -amount, True, request_id, key_id, hold=amount))
 
     async def settle(self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None) -> int:
         """Return the unused part of a reservation (or take the overrun): one `settle` row of reserved-actual.
@@ -168,8 +245,8 @@ class Ledger:
         Kept (`Batcher.enqueue(keep=True)`): a caller cancelled while it waits still has the move booked.
         The batcher skips items whose future is cancelled before their batch leaves, which is right for a
         reservation nobody waits for, and would lose a settlement."""
-        balance = await self._batch.enqueue(_settlement(account_id, reserved - actual, request_id, key_id), keep=True)
-        if balance is None:
+        balance = await self._batch.enqueue(_settlement(account_id, reserved, actual, request_id, key_id), keep=True)
+        if not isinstance(balance, int):
             raise KeyError(account_id)
         return balance
 
@@ -181,22 +258,23 @@ class Ledger:
         *,
         request_id: str,
         key_id: str | None,
-        then: Callable[[int | None, BaseException | None], None],
+        then: Callable[[Result, BaseException | None], None],
     ) -> None:
         """`settle`, queued before this returns, for a caller that does not wait: `then(balance, error)` once
         it is applied (balance None: no such account)."""
-        self._batch.post(_settlement(account_id, reserved - actual, request_id, key_id), then)
+        self._batch.post(_settlement(account_id, reserved, actual, request_id, key_id), then)
 
     async def credit(self, account_id: str, amount: int, *, kind: str = "topup", note: str | None = None) -> int:
         """A top-up (or refund, kind='refund'); a negative amount is an adjustment downwards."""
         (balance,) = await self.move_many([Move(account_id, kind, amount, note=note)])
-        if balance is None:
+        if not isinstance(balance, int):
             raise KeyError(account_id)
         return balance
 
-    async def move_many(self, moves: list[Move]) -> list[int | None]:
-        """Apply `moves` in one transaction (one round trip on PostgreSQL): for each, the balance after it, or
-        None if it was not applied (a reservation the balance could not cover, or no such account). Raises
+    async def move_many(self, moves: list[Move]) -> list[Result]:
+        """Apply `moves` in one transaction (one round trip on PostgreSQL): for each, the balance after it, a
+        `CapReached` (a reservation a monthly cap refused), or None if it was not applied (a reservation the
+        balance could not cover, or no such account). Raises
         StoreUnavailable if the database cannot be reached. The transaction then did not commit (a lost
         connection aborts it), except in the one case no client can tell apart: a connection lost after the
         commit and before its reply. A reservation then stays held, and the ledger still sums to the balance."""
@@ -205,7 +283,7 @@ class Ledger:
         except UNREACHABLE as exc:
             raise StoreUnavailable(f"the credit ledger cannot be reached ({type(exc).__name__}: {exc})") from exc
 
-    async def _batched(self, moves: list[Move]) -> list[int | None]:
+    async def _batched(self, moves: list[Move]) -> list[Result]:
         """`move_many` for the batcher: a batch the database did not take is spooled, then reported."""
         try:
             return await self.move_many(moves)
@@ -237,10 +315,25 @@ class Ledger:
                 amount = int(item["amount"])
                 add = update(t.accounts).where(acc.id == account).values(balance_micros=acc.balance_micros + amount)
                 conn.execute(add)
+                hold, spend = int(item.get("hold", 0)), int(item.get("spend", 0))  # 0: spooled before caps
+                _count_month(conn, account, item.get("key_id"), hold, spend, now)
                 values = (account, "settle", amount, request, item["key_id"], item["note"], now)
                 conn.execute(insert(t.ledger).values(dict(zip(ENTRY_COLUMNS, values, strict=True))))
 
         await self.db.write(run)
+
+    async def key_months(self, key_ids: Sequence[str]) -> dict[str, MonthSpend]:
+        """The months of these keys as of now (after this replica's queued settlements); a key with none: 0."""
+        await self._batch.drained()
+        if not key_ids:
+            return {}
+        ks = t.key_spend.c
+        query = select(ks.key_id, ks.spend_month, ks.month_spent_micros, ks.month_reserved_micros).where(
+            ks.key_id.in_(list(key_ids))
+        )
+        rows = await self.db.read(lambda conn: conn.execute(query).all())
+        return {r.key_id: MonthSpend(_this_month(r.spend_month, r.month_spent_micros), r.month_reserved_micros)
+                for r in rows}  # fmt: skip
 
     async def orphans(self, after: int, before: float, window: int = 5000) -> tuple[list[dict[str, Any]], int]:
         """The sweeper's look at the next `window` ledger ids after `after` (from the first that exists):
@@ -273,18 +366,21 @@ class Ledger:
         first, youngest, rows, newest = found
         note = "released: no settlement within the orphan bound"
         releases = [
-            _replayed(r.account_id, -r.amount_micros, r.request_id, r.key_id, note, if_reserved=True) for r in rows
+            _replayed(
+                *(r.account_id, -r.amount_micros, r.request_id, r.key_id, note), if_reserved=True, hold=r.amount_micros
+            )
+            for r in rows
         ]
         done = newest >= first + window and youngest < before
         return releases, first + window - 1 if done else after
 
-    async def _apply(self, moves: list[Move]) -> list[int | None]:
+    async def _apply(self, moves: list[Move]) -> list[Result]:
         return await self.db.apply_moves(moves, time.time())
 
-    def _orphaned(self, move: Move, balance: int | None) -> None:
+    def _orphaned(self, move: Move, balance: Result) -> None:
         """A reservation whose caller was cancelled while it was in flight: give it back at once."""
-        if move.conditional and balance is not None:
-            refund = _settlement(move.account_id, -move.amount, move.request_id, move.key_id)
+        if move.conditional and isinstance(balance, int):
+            refund = _settlement(move.account_id, -move.amount, 0, move.request_id, move.key_id)
             self._batch.post(refund, partial(_refunded, move.request_id))
 
     async def aclose(self) -> None:

@@ -14,7 +14,7 @@ call failed or ran out of time is closed, never reused; SQLAlchemy's connections
 asyncpg's own connect and command timeouts, and are pinged when taken from the pool, so the first admin call
 after an outage gets a fresh connection rather than one the outage broke.
 
-The ledger's rule (store/moves.py) runs in the database, in the function of migration 0004: one round trip
+The ledger's rule (store/moves.py) runs in the database, in the function of migration 0008: one round trip
 per batch, which locks each account row once. Migrations run under an advisory lock, so replicas starting
 together upgrade once.
 """
@@ -35,7 +35,7 @@ from inferplex.deadlines import Deadline
 from inferplex.store.backend import DEFAULT_TIMEOUT_S, UNREACHABLE, BulkInsert, Database, unreachable, upgrade
 from inferplex.store.driver import DriverStatement, OwnConnection, json_codecs, keep_session
 from inferplex.store.key_cache import KeyCache, NotifiedKeyCache
-from inferplex.store.moves import Move
+from inferplex.store.moves import CapReached, Move, Result, month_of
 
 T = TypeVar("T")
 ADVISORY_LOCK = 0x1F3A_C0DE  # any fixed 64-bit number, the same in every replica
@@ -48,10 +48,21 @@ USAGE_CONNECTION = "inferplex-usage"  # and of the usage log writer's
 # collections ABCs (is it a nested array?), and a row per move is a Record each; together about 10 µs of
 # client CPU per move, this way about 4.5 (docs/benchmarks.md).
 LEDGER_BATCH = (
-    "SELECT array_agg(item) AS items, array_agg(balance) AS balances FROM inferplex_ledger_batch("
+    "SELECT array_agg(item) FILTER (WHERE capped IS NULL) AS items, "
+    "array_agg(balance) FILTER (WHERE capped IS NULL) AS balances, "
+    "array_agg(item) FILTER (WHERE capped IS NOT NULL) AS capped_items, "
+    "array_agg(capped || ':' || cap || ':' || spent || ':' || reserved) FILTER (WHERE capped IS NOT NULL) AS caps "
+    "FROM inferplex_ledger_batch("
     "$1::text::text[], $2::text::text[], $3::text::bigint[], $4::text::boolean[], "
-    "$5::text::text[], $6::text::text[], $7::text::text[], $8)"
+    "$5::text::text[], $6::text::text[], $7::text::text[], $8, $9::text::bigint[], $10::text::bigint[], $11)"
 )
+
+
+def _cap_reached(text: str) -> CapReached:
+    """A refusal as the batch query folds it (`owner:cap:spent:reserved`): one text array, empty (NULL) in
+    the batches no cap refuses, which is nearly all."""
+    owner, cap, spent, reserved = text.split(":")
+    return CapReached(owner, int(cap), int(spent), int(reserved))
 
 
 def _quoted(value: str | None) -> str:
@@ -148,7 +159,7 @@ class PostgresDatabase(Database):
                 )
             return self._driver_pool
 
-    async def apply_moves(self, moves: Sequence[Move], now: float) -> list[int | None]:
+    async def apply_moves(self, moves: Sequence[Move], now: float) -> list[Result]:
         """One call of the batch function, on the batcher's own connection (driver.OwnConnection), within
         the deadline."""
         args = (
@@ -160,12 +171,17 @@ class PostgresDatabase(Database):
             text_array([m.key_id for m in moves]),
             text_array([m.note for m in moves]),
             now,
+            int_array([m.hold for m in moves]),
+            int_array([m.spend for m in moves]),
+            month_of(now),
         )
         with Deadline(self.timeout_s):
             (row,) = await self._batch_conn.run(lambda conn: conn.fetch(LEDGER_BATCH, *args))
-        out: list[int | None] = [None] * len(moves)
+        out: list[Result] = [None] * len(moves)
         for item, balance in zip(row["items"] or (), row["balances"] or (), strict=True):
             out[item - 1] = balance
+        for item, refusal in zip(row["capped_items"] or (), row["caps"] or (), strict=True):
+            out[item - 1] = _cap_reached(refusal)
         return out
 
     def bulk_insert(self, table: Table, columns: Sequence[str]) -> BulkInsert:

@@ -34,20 +34,51 @@ from inferplex.store.backend import BulkInsert, Database, upgrade
 from inferplex.store.driver import DriverStatement, first_row, row_of
 from inferplex.store.group_commit import GroupCommitWriter
 from inferplex.store.key_cache import CountedKeyCache, KeyCache
-from inferplex.store.moves import ENTRY_COLUMNS, Move, batch_order
+from inferplex.store.moves import ENTRY_COLUMNS, Move, Result, Spend, apply_rule, month_of
 
 T = TypeVar("T")
 
 # The ledger's statements, built once at import (statement construction is most of the CPU of a move here),
 # compiled for SQLite once per database and run on the sqlite3 handle (store/driver.py).
-_BALANCE = select(t.accounts.c.balance_micros).where(t.accounts.c.id == bindparam("account"))
+_acc = t.accounts.c
+_BALANCE = select(
+    _acc.balance_micros, _acc.monthly_cap_micros, _acc.spend_month, _acc.month_spent_micros, _acc.month_reserved_micros
+).where(_acc.id == bindparam("account"))
 _ADD = (
     update(t.accounts)
-    .where(t.accounts.c.id == bindparam("account"))
-    .values(balance_micros=t.accounts.c.balance_micros + bindparam("amount"))
-    .returning(t.accounts.c.balance_micros)
+    .where(_acc.id == bindparam("account"))
+    .values(
+        balance_micros=_acc.balance_micros + bindparam("amount"),
+        spend_month=bindparam("month"),
+        month_spent_micros=bindparam("spent"),
+        month_reserved_micros=bindparam("reserved"),
+    )
+    .returning(_acc.balance_micros)
+)
+_KEY = (
+    select(t.api_keys.c.monthly_cap_micros, t.key_spend.c.spend_month, t.key_spend.c.month_spent_micros,
+           t.key_spend.c.month_reserved_micros)
+    .select_from(t.api_keys.outerjoin(t.key_spend, t.key_spend.c.key_id == t.api_keys.c.id))
+    .where(t.api_keys.c.id == bindparam("key"))
+)  # fmt: skip
+_KEY_SPEND = select(
+    t.key_spend.c.spend_month, t.key_spend.c.month_spent_micros, t.key_spend.c.month_reserved_micros
+).where(t.key_spend.c.key_id == bindparam("key"))
+_KEY_WRITE = (
+    "INSERT INTO key_spend (key_id, spend_month, month_spent_micros, month_reserved_micros) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (key_id) DO UPDATE SET spend_month = excluded.spend_month, "
+    "month_spent_micros = excluded.month_spent_micros, month_reserved_micros = excluded.month_reserved_micros"
 )
 _ENTRY = insert(t.ledger).values({c: bindparam(c) for c in ENTRY_COLUMNS})
+
+
+def _spend(row: Mapping[str, Any] | None, cap: int | None, month: int) -> Spend:
+    """A month as stored (none yet: nothing spent), rolled to `month`."""
+    if row is None or row["spend_month"] is None:
+        return Spend(cap, month, 0, 0)
+    return Spend(
+        cap, int(row["spend_month"]), int(row["month_spent_micros"]), int(row["month_reserved_micros"])
+    ).rolled(month)
 
 
 def sqlite_path(url: str) -> Path | None:
@@ -73,6 +104,7 @@ class SQLiteDatabase(Database):
         self._reader_threads = ThreadPoolExecutor(2, thread_name_prefix="inferplex-db-read")
         self._loop_reader = _loop_reader(path) if path is not None else None
         self._balance, self._add, self._entry = (self.driver_statement(q) for q in (_BALANCE, _ADD, _ENTRY))
+        self._key, self._key_spend = self.driver_statement(_KEY), self.driver_statement(_KEY_SPEND)
 
     @property
     def dialect(self) -> Dialect:
@@ -97,32 +129,48 @@ class SQLiteDatabase(Database):
     async def single(self, fn: Callable[[Connection], T]) -> T:
         return await self._on_reader(fn)
 
-    async def apply_moves(self, moves: Sequence[Move], now: float) -> list[int | None]:
-        def run(conn: sqlite3.Connection) -> list[int | None]:
+    async def apply_moves(self, moves: Sequence[Move], now: float) -> list[Result]:
+        """The rule (store/moves.apply_rule) on the writer thread, which holds the write lock for the whole
+        batch: each account's balance and month, and each key's month, read once and written back once."""
+        month = month_of(now)
+
+        def run(conn: sqlite3.Connection) -> list[Result]:
             balances: dict[str, int] = {}
+            accounts: dict[str, Spend] = {}
             for account in {m.account_id for m in moves}:
                 row = first_row(conn, self._balance, {"account": account})
                 if row is not None:
                     balances[account] = int(row["balance_micros"])
+                    accounts[account] = _spend(row, row["monthly_cap_micros"], month)
+            named = {m.key_id for m in moves if m.key_id is not None and m.account_id in balances}
+            keys = {k: self._key_month(conn, k, month) for k in named if k is not None}
             start = dict(balances)
-            out: list[int | None] = [None] * len(moves)
-            entries = []
-            for i in batch_order(moves):
-                m = moves[i]
-                balance = balances.get(m.account_id)
-                if balance is None or (m.conditional and balance + m.amount < 0):
-                    continue
-                out[i] = balances[m.account_id] = balance + m.amount
-                values = (m.account_id, m.kind, m.amount, m.request_id, m.key_id, m.note, now)
-                entries.append(self._entry.args(dict(zip(ENTRY_COLUMNS, values, strict=True))))
+            out, applied = apply_rule(moves, balances, accounts, keys)
             for account, balance in balances.items():
-                if balance != start[account]:
-                    first_row(conn, self._add, {"account": account, "amount": balance - start[account]})
-            if entries:
+                s = accounts[account]
+                if balance != start[account] or s.dirty:
+                    params = {"account": account, "amount": balance - start[account], "month": s.month}
+                    first_row(conn, self._add, {**params, "spent": s.spent, "reserved": s.reserved})
+            written = [(k, s.month, s.spent, s.reserved) for k, s in keys.items() if s.dirty]
+            if written:
+                conn.executemany(_KEY_WRITE, written)
+            if applied:
+                entries = []
+                for i in applied:
+                    m = moves[i]
+                    values = (m.account_id, m.kind, m.amount, m.request_id, m.key_id, m.note, now)
+                    entries.append(self._entry.args(dict(zip(ENTRY_COLUMNS, values, strict=True))))
                 conn.executemany(self._entry.sql, entries)
             return out
 
         return await self._writer.write_raw(run)
+
+    def _key_month(self, conn: sqlite3.Connection, key: str, month: int) -> Spend:
+        """A key's cap and month (a key id with no key: no cap, its month still counted)."""
+        row = first_row(conn, self._key, {"key": key})
+        if row is None:
+            return _spend(first_row(conn, self._key_spend, {"key": key}), None, month)
+        return _spend(row, row["monthly_cap_micros"], month)
 
     def bulk_insert(self, table: Table, columns: Sequence[str]) -> BulkInsert:
         """An executemany on the sqlite3 handle, in a transaction of the writer's own: SQLAlchemy's per-row
