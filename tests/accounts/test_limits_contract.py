@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis.asyncio as aioredis
 
-from inferplex.limits import Hold, LimitStore, LimitsUnavailable, Rate
+from inferplex.limits import Hold, LimitStore, LimitsUnavailable, Rate, Verdict
 from inferplex.limits.memory import MemoryLimits
 from inferplex.limits.redis import RedisLimits
 from inferplex.limits.slots import FairSlots
@@ -35,7 +35,7 @@ def rate(key: str, amount: int, limit: int) -> list[Rate]:
 
 async def take(store: LimitStore, rates: list[Rate]) -> tuple[float, int]:
     """The rate part of `admit` (no slots): (0.0, -1) if admitted, else (seconds to wait, binding rate)."""
-    wait, worst, _ = await store.admit(rates, [])
+    wait, worst, _, _ = await store.admit(rates, [])
     return wait, worst
 
 
@@ -54,6 +54,66 @@ async def test_token_amounts_and_charged_debt(store: LimitStore) -> None:
     await store.finish(rate("k2:tpm", 1500, 1000), [])  # output already produced: charged even past the limit
     wait, _ = await take(store, rate("k2:tpm", 1, 1000))
     assert 29 < wait <= 30.1  # 500 tokens of debt at 1000/min, plus one token
+
+
+async def test_a_negative_charge_gives_back_at_most_to_a_full_bucket(store: LimitStore) -> None:
+    """Settlement corrects an over-estimate with a negative charge: the room comes back at once, exactly,
+    and a bucket that has already refilled is not made fuller than full (day windows: no refill here)."""
+    day = 86_400
+    assert (await store.admit([Rate("k:d", 600, 1000, day)], []))[0] == 0
+    await store.finish([Rate("k:d", -500, 1000, day)], [])  # 100 were used, not 600
+    assert (await store.admit([Rate("k:d", 900, 1000, day)], []))[0] == 0  # exactly 1000 now
+    assert (await store.admit([Rate("k:d", 1, 1000, day)], []))[0] > 0
+    await store.finish([Rate("full:d", -500, 1000, day)], [])  # a refund into an untouched bucket
+    assert (await store.admit([Rate("full:d", 1000, 1000, day)], []))[0] == 0
+    assert (await store.admit([Rate("full:d", 1, 1000, day)], []))[0] > 0
+
+
+def window(key: str, amount: int, limit: int, window_s: float = 86_400, age_s: float = 0.0) -> Rate:
+    return Rate(key, amount, limit, window_s, 60, age_s)
+
+
+async def test_a_rolling_window_admits_its_limit_exactly_under_concurrency_and_says_what_it_holds(
+    store: LimitStore,
+) -> None:
+    results = await asyncio.gather(*(store.admit([window("w:req", 1, 10)], []) for _ in range(40)))
+    assert sum(r.wait == 0 for r in results) == 10
+    refused = [r for r in results if r.wait]
+    assert {r.used for r in refused} == {10} and {r.worst for r in refused} == {0}
+    # Nothing comes back before the window has passed: the room of the day's first request returns a day
+    # later (within one sub-window of 24 minutes), not after a tenth of the day as a bucket's would.
+    assert all(86_400 - 1_440 - 1 <= r.wait <= 86_400 for r in refused)
+
+
+async def test_a_rolling_window_is_corrected_in_place_and_never_below_empty(store: LimitStore) -> None:
+    assert (await store.admit([window("w:tok", 600, 1000)], [])).wait == 0
+    await store.finish([window("w:tok", -500, 1000, age_s=0.01)], [])  # 100 were used
+    assert (await store.admit([window("w:tok", 900, 1000)], [])).wait == 0
+    refused = await store.admit([window("w:tok", 1, 1000)], [])
+    assert refused.wait > 0 and refused.used == 1000
+    await store.finish([window("w:empty", -500, 1000)], [])  # nothing to give back: stays empty
+    assert (await store.admit([window("w:empty", 1000, 1000)], [])).wait == 0
+    assert (await store.admit([window("w:empty", 1, 1000)], [])).used == 1000
+    # A request admitted longer ago than the window (a long stream on a minute window): its refund has
+    # nothing left to correct, and its output counts from now.
+    await store.finish([window("w:old", -700, 1000, window_s=60, age_s=120)], [])
+    assert (await store.admit([window("w:old", 1000, 1000, window_s=60)], [])).wait == 0
+    await store.finish([window("w:late", 700, 1000, window_s=60, age_s=120)], [])
+    assert (await store.admit([window("w:late", 301, 1000, window_s=60)], [])).used == 700
+
+
+async def test_a_short_window_rolls(store: LimitStore) -> None:
+    """3 per 1.2 s in 60 sub-windows of 20 ms: full, then room again once the window has passed."""
+    assert [(await store.admit([window("w:s", 1, 3, 1.2)], [])).wait == 0 for _ in range(4)] == [True] * 3 + [False]
+    refused = await store.admit([window("w:s", 1, 3, 1.2)], [])
+    await asyncio.sleep(refused.wait + 0.03)
+    assert (await store.admit([window("w:s", 1, 3, 1.2)], [])).wait == 0
+
+
+async def test_windows_and_buckets_are_all_or_nothing_together(store: LimitStore) -> None:
+    both = [Rate("m:rpm", 1, 100, 60), window("m:day", 1, 2)]
+    assert [(await store.admit(both, [])).wait == 0 for _ in range(3)] == [True, True, False]
+    assert (await store.admit([Rate("m:rpm", 98, 100, 60)], [])).wait == 0  # the refused one took nothing
 
 
 async def test_a_request_larger_than_the_bucket_passes_only_when_it_is_full(store: LimitStore) -> None:
@@ -82,12 +142,12 @@ async def test_concurrency_slots(store: LimitStore) -> None:
 
 async def test_admit_takes_the_rates_then_the_free_slots_in_one_call(store: LimitStore) -> None:
     rpm = [Rate("k:rpm", 1, 2, 60)]
-    assert await store.admit(rpm, [Hold("a", 1, "r1"), Hold("b", 2, "r1")]) == (0.0, -1, (True, True))
-    assert await store.admit(rpm, [Hold("a", 1, "r2"), Hold("b", 2, "r2")]) == (0.0, -1, (False, True))
-    wait, worst, taken = await store.admit(rpm, [Hold("b", 2, "r3")])  # third request: the rpm refuses
+    assert await store.admit(rpm, [Hold("a", 1, "r1"), Hold("b", 2, "r1")]) == (0.0, -1, (True, True), 0.0)
+    assert await store.admit(rpm, [Hold("a", 1, "r2"), Hold("b", 2, "r2")]) == (0.0, -1, (False, True), 0.0)
+    wait, worst, taken, _ = await store.admit(rpm, [Hold("b", 2, "r3")])  # third request: the rpm refuses
     assert wait > 0 and worst == 0 and taken == (False,)
     assert (await store.in_use("a"), await store.in_use("b")) == (1, 2)  # the refused request took no slot
-    assert await store.admit([], []) == (0.0, -1, ())
+    assert await store.admit([], []) == (0.0, -1, (), 0.0)
 
 
 async def test_finish_charges_tokens_and_gives_slots_back_in_one_call(store: LimitStore) -> None:
@@ -107,8 +167,8 @@ async def test_one_batch_of_operations_on_the_same_keys_acts_as_each_alone_in_tu
     first = await asyncio.gather(*(store.admit([rpm, tpm], [Hold("b:conc", 2, f"r{i}")]) for i in range(6)))
     # rpm allows 4 and tpm 2 (40 + 40, then 80 + 40 > 100): two admitted, each with one of the two slots; the
     # refusals charge nothing, so one more request of 20 tokens still fits.
-    assert [(w == 0, taken) for w, _, taken in first] == [(True, (True,))] * 2 + [(False, (False,))] * 4
-    assert [worst for _, worst, _ in first[2:]] == [1] * 4
+    assert [(w == 0, taken) for w, _, taken, _ in first] == [(True, (True,))] * 2 + [(False, (False,))] * 4
+    assert [worst for _, worst, _, _ in first[2:]] == [1] * 4
     # One batch (queued while an unrelated call is in flight): an admit that finds both slots held, a finish
     # that charges 10 output tokens and frees r0's slot, then three admits of 4 tokens, one with a new rpm
     # bucket. Alone in turn: 90 + 4 = 94, 98, then 102 > 100 refused; r0's slot goes to the first of them, and
@@ -117,9 +177,9 @@ async def test_one_batch_of_operations_on_the_same_keys_acts_as_each_alone_in_tu
     await asyncio.sleep(0)
     await asyncio.sleep(0)
 
-    async def finish() -> tuple[float, int, tuple[bool, ...]]:
+    async def finish() -> Verdict:
         await store.finish([Rate("b:tpm", 10, 100, 3600)], [("b:conc", "r0")])
-        return 0.0, -1, ()
+        return Verdict(0.0, -1, (), 0.0)
 
     later = await asyncio.gather(
         store.admit([], [Hold("b:conc", 2, "early")]),
@@ -129,7 +189,7 @@ async def test_one_batch_of_operations_on_the_same_keys_acts_as_each_alone_in_tu
         store.admit([Rate("b:tpm", 4, 100, 3600)], []),
     )
     assert (await busy)[0] == 0
-    assert [(w == 0, taken) for w, _, taken in later] == [
+    assert [(w == 0, taken) for w, _, taken, _ in later] == [
         (True, (False,)),
         (True, ()),
         (True, (True,)),
@@ -181,7 +241,7 @@ async def test_redis_outage_follows_the_policy_without_hanging(fail_open: bool) 
         if fail_open:
             assert await take(store, rate("k", 1, 1)) == (0.0, -1)
             assert await store.try_acquire("c", 1, "h")
-            assert await store.admit(rate("k", 1, 1), [Hold("c", 1, "h")]) == (0.0, -1, (True,))
+            assert await store.admit(rate("k", 1, 1), [Hold("c", 1, "h")]) == (0.0, -1, (True,), 0.0)
         else:
             with pytest.raises(LimitsUnavailable):
                 await take(store, rate("k", 1, 1))
@@ -227,12 +287,12 @@ async def test_a_redis_that_stops_answering_is_given_up_on_within_the_socket_tim
     port = server.sockets[0].getsockname()[1]
     store = RedisLimits(f"redis://127.0.0.1:{port}/0", redis_prefix, fail_open=fail_open, timeout_s=0.2)
     try:
-        assert await store.admit(rate("k", 1, 100), [Hold("c", 5, "h0")]) == (0.0, -1, (True,))
+        assert await store.admit(rate("k", 1, 100), [Hold("c", 5, "h0")]) == (0.0, -1, (True,), 0.0)
         silent = True
         for holder in ("h1", "h2"):
             start = time.monotonic()
             if fail_open:
-                assert await store.admit(rate("k", 1, 100), [Hold("c", 5, holder)]) == (0.0, -1, (True,))
+                assert await store.admit(rate("k", 1, 100), [Hold("c", 5, holder)]) == (0.0, -1, (True,), 0.0)
             else:
                 with pytest.raises(LimitsUnavailable):
                     await store.admit(rate("k", 1, 100), [Hold("c", 5, holder)])
@@ -282,12 +342,12 @@ async def test_a_slot_is_renewed_while_its_request_runs_past_its_lease(redis_pre
     store = RedisLimits(REDIS_URL, redis_prefix, lease_s=1.5)
     other = RedisLimits(REDIS_URL, redis_prefix, lease_s=1.5)  # another replica
     try:
-        assert await store.admit([], [Hold("c", 1, "long")]) == (0.0, -1, (True,))
+        assert await store.admit([], [Hold("c", 1, "long")]) == (0.0, -1, (True,), 0.0)
         await asyncio.sleep(3.2)  # over two leases (renewed every 0.5 s)
-        assert await other.admit([], [Hold("c", 1, "newcomer")]) == (0.0, -1, (False,))
+        assert await other.admit([], [Hold("c", 1, "newcomer")]) == (0.0, -1, (False,), 0.0)
         assert await other.in_use("c") == 1
         await store.finish([], [("c", "long")])
-        assert await other.admit([], [Hold("c", 1, "newcomer")]) == (0.0, -1, (True,))
+        assert await other.admit([], [Hold("c", 1, "newcomer")]) == (0.0, -1, (True,), 0.0)
     finally:
         await store.aclose()
         await other.aclose()
@@ -304,13 +364,13 @@ async def test_a_release_redis_could_not_get_is_sent_once_it_answers_and_frees_o
         store = RedisLimits(f"redis://127.0.0.1:{proxy.port}/0", redis_prefix, timeout_s=0.2, lease_s=60)
         other = RedisLimits(REDIS_URL, redis_prefix, lease_s=60)  # another replica, still reaching Redis
         try:
-            assert await store.admit([], [Hold("c", 2, "r1")]) == (0.0, -1, (True,))
+            assert await store.admit([], [Hold("c", 2, "r1")]) == (0.0, -1, (True,), 0.0)
             proxy.cut()
             await store.finish([], [("c", "r1")])  # cannot be sent now
             await store.release("c", "r1")  # nor this second release of the same slot
             assert await direct.zrange(zset, 0, -1) == [b"r1"]
             proxy.restore()
-            assert await other.admit([], [Hold("c", 2, "r2")]) == (0.0, -1, (True,))
+            assert await other.admit([], [Hold("c", 2, "r2")]) == (0.0, -1, (True,), 0.0)
             for _ in range(100):  # up to 5 s: the pending release is retried every second
                 if await direct.zrange(zset, 0, -1) == [b"r2"]:
                     break
@@ -351,7 +411,7 @@ async def test_every_client_error_follows_the_failure_policy(
     monkeypatch.setattr(store.redis, "zrem", broken)
     try:
         if fail_open:
-            assert await store.admit(rate("k", 1, 1), [Hold("c", 1, "h")]) == (0.0, -1, (True,))
+            assert await store.admit(rate("k", 1, 1), [Hold("c", 1, "h")]) == (0.0, -1, (True,), 0.0)
             assert await store.try_acquire("c", 1, "h2")
         else:
             with pytest.raises(LimitsUnavailable):
@@ -389,7 +449,7 @@ async def test_a_slot_never_given_back_is_renewed_no_longer_than_a_request_may_r
     """Renewal must not turn a slot that some path forgot to give back into one taken for ever."""
     store = RedisLimits(REDIS_URL, redis_prefix, lease_s=0.6, max_hold_s=0.5)
     try:
-        assert await store.admit([], [Hold("c", 1, "forgotten")]) == (0.0, -1, (True,))
+        assert await store.admit([], [Hold("c", 1, "forgotten")]) == (0.0, -1, (True,), 0.0)
         await asyncio.sleep(0.4)
         assert await store.in_use("c") == 1  # renewed within its bound
         for _ in range(60):  # up to 3 s; it goes within about max_hold_s + a lease

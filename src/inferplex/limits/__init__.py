@@ -1,7 +1,12 @@
 """Rate and concurrency limits behind one small interface, in-process (memory.py) or shared (redis.py).
 
 A rate is a token bucket in GCRA form (one number per key: the "theoretical arrival time"), so a limit of
-N per minute admits a burst of N and then one every 60/N seconds, exactly, with no window edges. A
+N per minute admits a burst of N and then one every 60/N seconds, exactly, with no window edges (`rpm`,
+`tpm`, InferExchange's per-route limits). A rate with `slots` is a rolling window instead (Inferada's rules):
+what was taken in the last `window_s` seconds, kept in `slots` sub-windows, never more than `limit` in any
+window; what a request took comes back when its sub-window leaves the window, so a limit of N per day is N
+in any 24 hours (a bucket would admit N more over the day as it refills). A charge is counted from the start
+of its sub-window, so room comes back up to one sub-window (1/slots of the window) late, never early. A
 concurrency limit is a set of holders with leases. `slots.FairSlots` adds the FIFO wait on top.
 """
 
@@ -25,6 +30,20 @@ class Rate(NamedTuple):
     amount: int
     limit: int
     window_s: float
+    slots: int = 0  # 0: a GCRA bucket; else a rolling window of this many sub-windows
+    # A settlement's charge to a rolling window: seconds since the request was admitted, so a correction
+    # lands in the sub-window its admission charged (and leaves the window with it).
+    age_s: float = 0.0
+
+
+class Verdict(NamedTuple):
+    """What `LimitStore.admit` answers: `(0.0, -1, taken, 0.0)` when every rate admitted, else the seconds
+    until all would, the index of the rate that waits longest and what that rate already holds."""
+
+    wait: float
+    worst: int
+    taken: tuple[bool, ...]
+    used: float
 
 
 class Hold(NamedTuple):
@@ -63,16 +82,18 @@ class LimitStore(Protocol):
 
     async def release(self, key: str, holder: str) -> None: ...
 
-    async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
+    async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> Verdict:
         """One round trip for what a request needs before its call. The rates are all or nothing: `(0.0, -1)`
-        if every one admits its amount (all are then charged), else the seconds until all would and the index
-        of the rate that waits longest, and nothing is charged (a request refused by its account's limit costs
-        its key nothing). Only when the rates admitted, `try_acquire` each hold; returned: which were taken."""
+        if every one admits its amount (all are then charged), else the seconds until all would, the index
+        of the rate that waits longest and what it holds, and nothing is charged (a request refused by its
+        account's limit costs its key nothing). Only when the rates admitted, `try_acquire` each hold;
+        returned: which were taken."""
         ...
 
     def finish(self, charges: Sequence[Rate], releases: Sequence[tuple[str, str]]) -> asyncio.Future[None]:
         """One round trip for what a request gives back: `charges` charged unconditionally (the tokens were
-        already used: buckets may go into debt), then `release` each (key, holder). Queued before it
+        already used: buckets may go into debt; a negative charge gives back an over-estimate, at most down to
+        an empty bucket), then `release` each (key, holder). Queued before it
         returns, so it is applied even if the caller leaves; the future says when it was (or the error)."""
         ...
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import redis.asyncio as aioredis
 
 from inferplex.batching import Batcher
-from inferplex.limits import ROUNDING_S, Hold, LimitsUnavailable, Quota, Rate, remaining
+from inferplex.limits import ROUNDING_S, Hold, LimitsUnavailable, Quota, Rate, Verdict, remaining
 from inferplex.limits.leases import Leases, Slot
 from inferplex.redis_script import DedicatedScript
 
@@ -40,7 +40,7 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 # holders zset is swept of expired leases and counted once (`held`), then kept counted as holders are added
 # and removed.
 _STATE = """
-local tats, dirty, held, leased = {}, {}, {}, {}
+local tats, dirty, held, leased, wins, wdirty = {}, {}, {}, {}, {}, {}
 local function tat_of(key)
   local tat = tats[key]
   if tat == nil then
@@ -48,6 +48,27 @@ local function tat_of(key)
     tats[key] = tat
   end
   return tat
+end
+local function win_of(key, width, n)
+  local win = wins[key]
+  if win == nil then
+    local cur = math.floor(now / width)
+    local raw = redis.call('HGETALL', key)
+    local subs, total, stale = {}, 0, {}
+    for j = 1, #raw, 2 do
+      local idx, amount = tonumber(raw[j]), tonumber(raw[j + 1])
+      if idx <= cur - n then
+        stale[#stale + 1] = raw[j]
+      else
+        subs[idx] = amount
+        total = total + amount
+      end
+    end
+    if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+    win = {subs = subs, total = total, cur = cur, n = n, width = width, changed = {}}
+    wins[key] = win
+  end
+  return win
 end
 local function held_of(key)
   local n = held[key]
@@ -63,47 +84,106 @@ local function flush()
     local tat = tats[key]
     redis.call('SET', key, string.format('%.17g', tat), 'PX', math.ceil((tat - now) * 1000) + 1000)
   end
+  for key in pairs(wdirty) do
+    local win = wins[key]
+    for idx in pairs(win.changed) do
+      local amount = win.subs[idx]
+      if amount > 0 then
+        redis.call('HSET', key, string.format('%d', idx), string.format('%d', amount))
+      else
+        redis.call('HDEL', key, string.format('%d', idx))
+      end
+    end
+    redis.call('PEXPIRE', key, math.ceil((win.n + 1) * win.width * 1000))
+  end
   for key, lease in pairs(leased) do
     redis.call('PEXPIRE', key, math.ceil(lease * 1000))
   end
 end
 """
 
-# GCRA over the buckets KEYS[k+1..k+n], with (amount, limit, window_s) for each at v[a+1..a+3n]. All or
-# nothing unless `force` (charge even into debt): returns (0, 0) once applied, else (seconds to wait, index of
-# the bucket that waits longest) with nothing changed. Stored with 17 significant digits: Lua's `tostring`
+# The buckets KEYS[k+1..k+n], with (amount, limit, window_s, slots, age_s) for each at v[a+1..a+5n]: GCRA
+# when slots is 0, else a rolling window (a hash of sub-window index to amount; limits/__init__.py). All or
+# nothing unless `force` (charge even into debt, and give back a negative amount, at most to a full bucket or
+# an empty sub-window): returns (0, 0, 0) once applied, else (seconds to wait, index of the bucket that waits
+# longest, what it holds) with nothing changed. A TAT is stored with 17 significant digits: Lua's `tostring`
 # keeps 14, which at UNIX-time magnitudes rounds by up to 50 us, enough to refuse the last request of a burst
 # when a batch of requests shares one `now`.
 _RATES = (
     """
+local function window_wait(win, check, limit)
+  if win.total + check <= limit then return 0 end
+  local freed = 0
+  for idx = win.cur - win.n + 1, win.cur do
+    local amount = win.subs[idx]
+    if amount then
+      freed = freed + amount
+      if win.total - freed + check <= limit then return (idx + win.n) * win.width - now end
+    end
+  end
+  return (win.cur + win.n) * win.width - now
+end
+local function add(key, target, amount)
+  local win = wins[key]
+  if target <= win.cur - win.n then return end
+  local sub = (win.subs[target] or 0) + amount
+  if sub < 0 then
+    amount = amount - sub
+    sub = 0
+  end
+  win.subs[target] = sub
+  win.total = win.total + amount
+  win.changed[target] = true
+  wdirty[key] = true
+end
 local function rates(v, k, a, n, force)
-  local wait = 0
-  local worst = 0
+  local wait, worst, used = 0, 0, 0
   local after = {}
   for i = 1, n do
-    local amount = tonumber(v[a + i * 3 - 2])
-    local limit = tonumber(v[a + i * 3 - 1])
-    local window = tonumber(v[a + i * 3])
-    local interval = window / limit
-    local tat = tat_of(KEYS[k + i])
-    if tat < now then tat = now end
+    local amount = tonumber(v[a + i * 5 - 4])
+    local limit = tonumber(v[a + i * 5 - 3])
+    local window = tonumber(v[a + i * 5 - 2])
+    local slots = tonumber(v[a + i * 5 - 1])
+    local key = KEYS[k + i]
     local check = amount
     if check > limit then check = limit end
-    local w = tat + check * interval - window - now
-    if w > wait then
-      wait = w
-      worst = i
+    local w, u
+    if slots > 0 then
+      local win = win_of(key, window / slots, slots)
+      w, u = window_wait(win, check, limit), win.total
+      after[i] = win.cur
+      if force then
+        -- where admission counted it; if that has left the window, output counts now and a refund is dropped
+        local t = math.floor((now - tonumber(v[a + i * 5])) / win.width)
+        if t <= win.cur - slots and amount > 0 then t = win.cur end
+        after[i] = t
+      end
+    else
+      local interval = window / limit
+      local tat = tat_of(key)
+      if tat < now then tat = now end
+      w = tat + check * interval - window - now
+      u = (tat - now) / interval
+      after[i] = tat + amount * interval
+      if after[i] < now then after[i] = now end
     end
-    after[i] = tat + amount * interval
+    if w > wait then
+      wait, worst, used = w, i, u
+    end
   end
   if wait > """
     + repr(ROUNDING_S)
-    + """ and not force then return wait, worst end
+    + """ and not force then return wait, worst, used end
   for i = 1, n do
-    tats[KEYS[k + i]] = after[i]
-    dirty[KEYS[k + i]] = true
+    local key = KEYS[k + i]
+    if tonumber(v[a + i * 5 - 1]) > 0 then
+      add(key, after[i], tonumber(v[a + i * 5 - 4]))
+    else
+      tats[key] = after[i]
+      dirty[key] = true
+    end
   end
-  return 0, 0
+  return 0, 0, 0
 end
 """
 )
@@ -131,13 +211,14 @@ _ACQUIRE = (
 # Many requests' admissions and finishes in one call (batching.py), each applied in turn as if alone.
 # ARGV: lease_s, then one string per operation (one argument each: packing and parsing a dozen per request
 # cost redis-py more than the script costs Redis), its fields separated by spaces: the kind ('A' admit, 'F'
-# finish, or 'Q' for `take`: one bucket, no slots), n buckets, m slots, (amount, limit, window_s) per bucket,
-# then per slot (limit, holder) for an admit or holder for a finish (holders are request ids, which hold no
-# spaces). KEYS: each operation's n buckets then m holder zsets, in the same order. One reply per operation:
-# for an admit "0 -1 <1|0 per slot>" or "<wait> <index of the bucket waiting longest>" (buckets first, slots
-# only if they admitted); "1" for a finish (its buckets charged even into debt, its holders removed); for a
-# 'Q' "<wait, 0 if admitted> <seconds until the bucket is full> <now>". The replies come joined by commas in
-# one string: redis-py's parser is Python, and one element per operation cost it as much as packing the call.
+# finish, or 'Q' for `take`: one GCRA bucket, no slots), n buckets, m slots, (amount, limit, window_s,
+# slots, age_s) per bucket, then per slot (limit, holder) for an admit or holder for a finish (holders are
+# request ids, which hold no spaces). KEYS: each operation's n buckets then m holder zsets, in the same
+# order. One reply per operation: for an admit "0 -1 <1|0 per slot>" or "<wait> <index of the bucket
+# waiting longest> <what it holds>" (buckets first, slots only if they admitted); "1" for a finish (its
+# buckets charged even into debt, its holders removed); for a 'Q' "<wait, 0 if admitted> <seconds until the
+# bucket is full> <now>". The replies come joined by commas in one string: redis-py's parser is Python, and
+# one element per operation cost it as much as packing the call.
 _BATCH = (
     _NOW
     + _STATE
@@ -154,10 +235,10 @@ for o = 2, #ARGV do
   local a = 3
   local reply = '1'
   if op == 'A' then
-    local wait, worst = rates(v, k, a, n, false)
-    a, k = a + n * 3, k + n
+    local wait, worst, used = rates(v, k, a, n, false)
+    a, k = a + n * 5, k + n
     if wait > 0 then
-      reply = tostring(wait) .. ' ' .. tostring(worst - 1)
+      reply = tostring(wait) .. ' ' .. tostring(worst - 1) .. ' ' .. tostring(used)
     else
       reply = '0 -1'
       for j = 1, m do
@@ -169,10 +250,10 @@ for o = 2, #ARGV do
     local tat = tats[KEYS[k + 1]]
     if tat < now then tat = now end
     reply = string.format('%.17g %.17g %.17g', wait, tat - now, now)
-    a, k = a + 3, k + 1
+    a, k = a + 5, k + 1
   else
     if n > 0 then rates(v, k, a, n, true) end
-    a, k = a + n * 3, k + n
+    a, k = a + n * 5, k + n
     for j = 1, m do release(KEYS[k + j], v[a + j]) end
   end
   k = k + m
@@ -319,14 +400,14 @@ class RedisLimits:
         keys += [p + "conc:" + key for key in slots]
         fields = f"{kind} {len(rates)} {len(slots)}"
         for r in rates:
-            fields += f" {r.amount} {r.limit} {r.window_s!r}"
+            fields += f" {r.amount} {r.limit} {r.window_s!r} {r.slots} {r.age_s!r}"
         for x in slot_fields:
             fields += f" {x}"
         return keys, fields
 
-    async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> tuple[float, int, tuple[bool, ...]]:
+    async def admit(self, rates: Sequence[Rate], holds: Sequence[Hold]) -> Verdict:
         if not rates and not holds:
-            return 0.0, -1, ()
+            return Verdict(0.0, -1, (), 0.0)
         keys, fields = self._op("A", rates, [h.key for h in holds], [x for h in holds for x in (h.limit, h.holder)])
         try:
             out = (await self._batch.enqueue(_Op(keys, fields))).split()
@@ -340,17 +421,17 @@ class RedisLimits:
                 slots = [(h.key, h.holder) for h in holds]
                 (self.leases.took if self.fail_open else self.leases.release_later)(slots)
             self._failed("admit", exc)
-            return 0.0, -1, tuple(True for _ in holds)  # failing open: nothing is enforced
+            return Verdict(0.0, -1, tuple(True for _ in holds), 0.0)  # failing open: nothing is enforced
         wait = float(out[0])
         if wait > 0:
-            return wait, int(out[1]), tuple(False for _ in holds)
+            return Verdict(wait, int(out[1]), tuple(False for _ in holds), float(out[2]))
         taken = tuple(x == b"1" for x in out[2:])
         if holds:
             self.leases.took_holds(holds, taken)
-        return 0.0, -1, taken
+        return Verdict(0.0, -1, taken, 0.0)
 
     def finish(self, charges: Sequence[Rate], releases: Sequence[Slot]) -> asyncio.Future[None]:
-        charges = [r for r in charges if r.amount > 0]
+        charges = [r for r in charges if r.amount != 0]
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if not charges and not releases:
             done.set_result(None)
