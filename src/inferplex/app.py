@@ -23,6 +23,7 @@ from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import routes as admin_routes
 from inferplex.catalog import Catalog
 from inferplex.config import Config
+from inferplex.custom_endpoints.service import PROVIDER, CustomEndpoints
 from inferplex.dialects.registry import dialects, error_payload, plain_error
 from inferplex.edge import Endpoint, json_response, self_contained
 from inferplex.families.registry import check_adapters
@@ -134,10 +135,14 @@ def create_app(config: Config, master_key: str) -> Gateway:
             await session.close()
             raise
         router = build_router(config, catalog)
+        pipeline = Pipeline(
+            catalog, adapters, guard=accounts.guard, router=router, processors=gateway_factory(catalog, router)
+        )
+        custom = app.state.custom_endpoints = CustomEndpoints(accounts.db, config.custom_endpoints)
+        if PROVIDER not in adapters:  # `name@custom` is the accounts' own, unless the operator took the name
+            adapters[PROVIDER] = pipeline.custom = custom
         app.state.services = Services(
-            Pipeline(
-                catalog, adapters, guard=accounts.guard, router=router, processors=gateway_factory(catalog, router)
-            ),
+            pipeline,
             accounts.auth,
             config.server.max_body_bytes,
             json_limits(config.server),

@@ -65,6 +65,9 @@ def register(sub: Any) -> None:
     create.add_argument("--tags", action="append", default=[])
     for flag in ("--rpm", "--tpm", "--max-concurrent"):
         create.add_argument(flag, type=int)
+    rule = "METRIC:PERIOD:MAX[:per_request], e.g. requests:day:1000 (repeatable; docs/accounts.md)"
+    create.add_argument("--rule", action="append", default=[], type=_rule, help=f"a rate-limit rule, {rule}")
+    create.add_argument("--user-rule", action="append", default=[], type=_rule, help="a rule per end user, as --rule")
     parser(keys, "list", "list keys")
     for action in ("revoke", "rotate"):
         parser(keys, action, f"{action} a key").add_argument("key_id")
@@ -111,6 +114,15 @@ def run(args: argparse.Namespace, config: Config) -> int:
         return _fail(GatewayError(f"the database cannot be reached ({type(unreachable(exc)).__name__})"))
 
 
+def _rule(text: str) -> dict[str, Any] | str:
+    """`metric:period:max[:per_request]` as a rule; anything else is passed on as given, for the same
+    validation (and the same error naming `limit_rules`) as the admin API's."""
+    parts = text.split(":")
+    if len(parts) in (3, 4) and parts[2].isdigit() and parts[3:] in ([], ["per_request"]):
+        return {"metric": parts[0], "period": parts[1], "max": int(parts[2]), "per_request": len(parts) == 4}
+    return text
+
+
 def _fail(error: GatewayError) -> int:
     print(f"inferplex: error: {error.message}", file=sys.stderr)
     return 2 if error.status == 400 else 1
@@ -131,6 +143,8 @@ async def _keys_create(db: Database, args: argparse.Namespace) -> int:
         "rpm": args.rpm,
         "tpm": args.tpm,
         "max_concurrent": args.max_concurrent,
+        "limit_rules": args.rule,
+        "user_limit_rules": args.user_rule,
     }
     if args.scopes:
         fields["scopes"] = [s.strip() for s in args.scopes.split(",")]
@@ -140,7 +154,9 @@ async def _keys_create(db: Database, args: argparse.Namespace) -> int:
 
 
 async def _keys_list(db: Database, args: argparse.Namespace) -> int:
-    _print([ops.key_view(r) for r in await KeyStore(db).list()])
+    records = await KeyStore(db).list()
+    months = await Ledger(db).key_months([r.id for r in records])
+    _print([ops.key_view(r, None, months.get(r.id)) for r in records])
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
+from inferplex.accounts.limits import LimitRule
 from inferplex.prompting.templates import TemplateProblem, check_template
 from inferplex.provider_kinds import known_kinds
 
@@ -125,11 +126,15 @@ class DeploymentConfig(_Strict):
 
 
 class CooldownConfig(_Strict):
-    """Circuit breaker: `failures` within `window` seconds open it for `period` seconds, then one probe."""
+    """Circuit breaker: `failures` within `window` seconds open it for `period` seconds, then one probe.
+    `when_all_open`: with every deployment's breaker open, `probe` tries the one that reopens soonest once
+    anyway; `refuse` answers 503 with `Retry-After` at once (InferExchange: "a model with no serving capacity
+    answers 503")."""
 
     failures: int = Field(3, ge=1)
     window: float = Field(60.0, gt=0)
     period: float = Field(30.0, gt=0)
+    when_all_open: Literal["probe", "refuse"] = "probe"
 
 
 class RoutingConfig(_Strict):
@@ -168,6 +173,8 @@ class ModelConfig(_Strict):
     # rendered (`off`: literal; `vars`: {{ variable }} only; `logic`: conditionals and loops, default only).
     system_prompt: str | None = None
     template_render_mode: Literal["off", "vars", "logic"] = "off"
+    # Inferada's rate-limit rules at the model level: counted across every caller of the model (docs/accounts.md).
+    limit_rules: list[LimitRule] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _prompt_template(self) -> ModelConfig:
@@ -248,6 +255,15 @@ class InferExchangeConfig(_Strict):
     models_rpm: int | None = Field(30, gt=0)
 
 
+class CustomEndpointsConfig(_Strict):
+    """Unify's custom endpoints (custom_endpoints/, docs/dialects.md): the key that seals the accounts'
+    provider keys at rest (a reference; without one the routes are off), and whether a registered URL may
+    reach loopback, private, link-local and other internal addresses (off: only for a trusted deployment)."""
+
+    encryption_key: Secret | None = None
+    allow_private_addresses: bool = False
+
+
 class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     providers: list[ProviderConfig] = Field(default_factory=list)
@@ -256,6 +272,7 @@ class Config(_Strict):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     accounts: AccountsConfig = Field(default_factory=AccountsConfig)
     inferexchange: InferExchangeConfig = Field(default_factory=InferExchangeConfig)
+    custom_endpoints: CustomEndpointsConfig = Field(default_factory=CustomEndpointsConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Config:

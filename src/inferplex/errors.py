@@ -59,6 +59,24 @@ class PermissionDenied(GatewayError):
     code = "permission_denied"
 
 
+class SpendingCapReached(GatewayError):
+    """A monthly spending cap, the account's or the key's, would be passed (Inferada's 402). OpenAI's own
+    word for a spent quota is its type. `inferada` (set for a request carrying Inferada's extension) makes the
+    OpenAI-shaped answer Inferada's `{"error", "request_id"}`, as its clients on the shared route expect."""
+
+    status = 402
+    type = "insufficient_quota"
+    code = "spending_cap_reached"
+
+    def __init__(self, message: str, *, request_id: str, inferada: bool = False) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.inferada = inferada
+
+    def to_openai(self) -> dict[str, object]:
+        return {"error": self.message, "request_id": self.request_id} if self.inferada else super().to_openai()
+
+
 class NotFound(GatewayError):
     status = 404
     type = "invalid_request_error"

@@ -93,6 +93,14 @@ class ProcessorRun(Protocol):
         ...
 
 
+class CustomResolver(Protocol):
+    """Models the catalog does not hold, found per request (Unify's `name@custom`: custom_endpoints/)."""
+
+    def claims(self, model: str, provider: str | None) -> bool: ...
+
+    async def resolve(self, ctx: Context, model: str, provider: str | None) -> Resolved: ...
+
+
 class _Settled:
     async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
         return None
@@ -305,6 +313,7 @@ class Pipeline:
         self.guard: Guard = guard or OpenGuard()
         self.router: Router = router or FirstTarget()
         self._processors = processors
+        self.custom: CustomResolver | None = None  # set by the app when custom endpoints are configured
 
     def resolve(self, ctx: Context, model: str, provider: str | None, family: Family[Any, Any, Any]) -> Resolved:
         """The model and its targets, for a caller allowed to use it (a 400/403/404 in the caller's dialect)."""
@@ -357,7 +366,11 @@ class Pipeline:
         if run is not None:
             request = await run.pre(ctx, request)
         ctx.route = route_options(request)
-        resolved = self.resolve(ctx, request.body.model, request.options.provider_name, CHAT)
+        model, provider = request.body.model, request.options.provider_name
+        if self.custom is not None and self.custom.claims(model, provider):
+            resolved = await self.custom.resolve(ctx, model, provider)
+        else:
+            resolved = self.resolve(ctx, model, provider, CHAT)
         # The one system prompt (the model's, the processors' segments, the caller's), before the estimate counts it.
         request = assemble(request, resolved.model, run.segments if run is not None else ())
         admission = await self.guard.admit(ctx, CHAT, resolved.model, request)

@@ -31,8 +31,18 @@ KEY_CHANGES: dict[str, Any] = {
     "rpm": 2**40,
     "tpm": 10**12,
     "max_concurrent": 7,
+    "limit_rules": [{"metric": "tokens", "period": "day", "max": 10**9, "per_request": False}],
+    "user_limit_rules": [{"metric": "requests", "period": "week", "max": 10**6, "per_request": False}],
+    "monthly_cap_micros": 10**12,
 }
-ACCOUNT_CHANGES: dict[str, Any] = {"name": "renamed account", "rpm": 2**40, "tpm": 10**12, "max_concurrent": 3}
+ACCOUNT_CHANGES: dict[str, Any] = {
+    "name": "renamed account",
+    "rpm": 2**40,
+    "tpm": 10**12,
+    "max_concurrent": 3,
+    "limit_rules": [{"metric": "prompt_tokens", "period": "month", "max": 10**9, "per_request": True}],
+    "monthly_cap_micros": 10**12,
+}
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])

@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 
 from inferplex.accounts.keys import KEY_PREFIX, same_digest
-from inferplex.accounts.limits import LimitPlan, Limits
+from inferplex.accounts.limits import LimitPlan, Limits, rules_of
 from inferplex.accounts.tokens import TOKEN_PREFIX, Claims, binding, verify
 from inferplex.auth import MASTER, MasterKeyAuth, Principal, credential, digest, effective_scopes
 from inferplex.errors import PermissionDenied, Unauthenticated
@@ -61,9 +61,17 @@ def principal_of(
 ) -> Principal:
     """The key's principal; with `scopes` (a token's), narrowed to them: never more than the key holds."""
     key_scopes = frozenset(record.scopes)
-    limit_scopes = [(f"key:{record.id}", Limits(record.rpm, record.tpm, record.max_concurrent))]
+    key_limits = Limits(
+        record.rpm,
+        record.tpm,
+        record.max_concurrent,
+        rules_of(record.limit_rules),
+        rules_of(record.user_limit_rules),
+    )
+    limit_scopes = [(f"key:{record.id}", key_limits)]
     if record.account_id:
-        limit_scopes.append((f"acct:{record.account_id}", Limits(account.rpm, account.tpm, account.max_concurrent)))
+        account_limits = Limits(account.rpm, account.tpm, account.max_concurrent, rules_of(account.limit_rules))
+        limit_scopes.append((f"acct:{record.account_id}", account_limits))
     return Principal(
         key_id=record.id,
         account_id=record.account_id,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from inferplex.accounts.limits import LimitPlan
+from inferplex.accounts.limits import LimitPlan, cap_refusal
 from inferplex.accounts.pricing import (
     Tokens,
     cost_micros,
@@ -27,16 +27,17 @@ from inferplex.accounts.pricing import (
 )
 from inferplex.config import AccountsConfig, ModelConfig, Pricing
 from inferplex.context import Context
-from inferplex.errors import GatewayError, PermissionDenied, RateLimited, Unavailable
+from inferplex.errors import GatewayError, PermissionDenied, RateLimited, SpendingCapReached, Unavailable
 from inferplex.families.base import Family
 from inferplex.gateway_request import GatewayRequest
-from inferplex.limits import Hold, LimitStore, LimitsUnavailable
+from inferplex.limits import Hold, LimitStore, LimitsUnavailable, Rate
 from inferplex.limits.slots import FairSlots
 from inferplex.pipeline import Admission, failure_error
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Usage
 from inferplex.routing.pricing import price_for
 from inferplex.store.backend import StoreUnavailable
 from inferplex.store.ledger import Ledger
+from inferplex.store.moves import CapReached
 from inferplex.translate.openai_shapes import completion_from_chunks
 from inferplex.usage_log import UsageLog
 
@@ -62,6 +63,23 @@ def _tokens(ctx: Context) -> Tokens:
     if prompt is None:
         prompt = ctx.prompt_tokens_estimate
     return Tokens(prompt, estimate_output_tokens(ctx.output_chars), estimated=True)
+
+
+def _scope(family: Any) -> str:
+    """The token scope a limit refusal names (Inferada's `scope`: chat is its `completions`)."""
+    return "completions" if family.name == "chat" else str(family.name)
+
+
+def _cap_reached(found: CapReached, amount: int, request_id: str, inferada: bool) -> SpendingCapReached:
+    """The 402 for a reservation a monthly cap refused (store/moves.py): the cap, and the month's spend."""
+    month = time.strftime("%Y-%m", time.gmtime())
+    held = f", {found.reserved} micro-USD more is held by requests in flight" if found.reserved else ""
+    return SpendingCapReached(
+        f"Monthly spending cap reached: the {found.owner}'s cap is {found.cap} micro-USD and it has spent "
+        f"{found.spent} micro-USD in {month} (UTC){held}; this request may cost up to {amount} micro-USD.",
+        request_id=request_id,
+        inferada=inferada,
+    )
 
 
 def _option(value: bool | None, default: bool) -> bool:
@@ -93,11 +111,13 @@ class AccountGuard:
             ctx.streamed = []  # the response is kept for the usage log (a stream's chunks collected here)
         prompt = family.estimate_input(request.body)
         ctx.prompt_tokens_estimate = prompt
-        plan = p.limits
+        plan = p.limits.for_request(model.name, model.limit_rules, request.body.user)
         held: list[_Held] = []
         try:
+            if plan.caps:
+                self._caps(ctx, family, model, request, plan, prompt)
             if plan.buckets or plan.slots:
-                await self._limits(ctx, plan, prompt, held)
+                await self._limits(ctx, plan, prompt, held, (family, model, request))
             reserved = await self._reserve(ctx, family, model, request, prompt) if family.billed else 0
         except GatewayError as err:
             await self._release(held)
@@ -116,17 +136,45 @@ class AccountGuard:
             ) from None
         return _Admission(self, model, request, reserved, held, plan)
 
-    async def _limits(self, ctx: Context, plan: LimitPlan, prompt: int, held: list[_Held]) -> None:
+    def _caps(
+        self,
+        ctx: Context,
+        family: Family[Any, Any, Any],
+        model: ModelConfig,
+        request: GatewayRequest[Any],
+        plan: LimitPlan,
+        prompt: int,
+    ) -> None:
+        """Per-request caps, on the call's worst case, before anything is taken or reserved."""
+        over = plan.over_cap(prompt, family.max_output(request.body, model, self.config.default_max_tokens))
+        if over is not None:
+            err = cap_refusal(*over, request_id=ctx.request_id, model=model.name, scope=_scope(family))
+            err.inferada = request.options.processors.inferada
+            raise err
+
+    async def _limits(
+        self,
+        ctx: Context,
+        plan: LimitPlan,
+        prompt: int,
+        held: list[_Held],
+        call: tuple[Family[Any, Any, Any], ModelConfig, GatewayRequest[Any]],
+    ) -> None:
         """Rate buckets, then concurrency slots: one store round trip when the slots are free, and a fair
         wait (FairSlots) only for a slot that is not, or that others on this replica already queue for."""
         rates = plan.rates(prompt)
         eager = [Hold(key, limit, ctx.request_id) for key, limit in plan.slots if not self.slots.queued(key)]
         taken: tuple[bool, ...] = ()
         if rates or eager:
-            wait, worst, taken = await self.limits.admit(rates, eager)
+            wait, worst, taken, used = await self.limits.admit(rates, eager)
             if wait > 0:
-                what = plan.buckets[worst].what
-                raise RateLimited(f"Rate limit reached for {what}. Try again in {wait:.1f}s.", retry_after=wait)
+                family, model, request = call
+                amount = rates[worst].amount
+                err = plan.refusal(
+                    worst, wait, used, amount, request_id=ctx.request_id, model=model.name, scope=_scope(family)
+                )
+                err.inferada = request.options.processors.inferada
+                raise err
         got = {h.key for h, ok in zip(eager, taken, strict=True) if ok}
         held += [_Held(key, ctx.request_id) for key in got]
         for key, limit in plan.slots:
@@ -155,6 +203,8 @@ class AccountGuard:
         if amount <= 0:
             return 0
         balance = await self.ledger.reserve(p.account_id, amount, request_id=ctx.request_id, key_id=p.key_id)
+        if isinstance(balance, CapReached):
+            raise _cap_reached(balance, amount, ctx.request_id, request.options.processors.inferada)
         if balance is None:
             raise PermissionDenied(
                 f"Insufficient credits: this request may cost up to {amount} micro-USD "
@@ -229,6 +279,7 @@ class _Admission:
         self.reserved = reserved
         self.held = held
         self.plan = plan
+        self.admitted_at = time.monotonic()  # a rolling window's correction lands where admission counted
 
     async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
         tokens = Tokens() if failed else _tokens(ctx) if usage is None else tokens_of(usage)
@@ -241,18 +292,20 @@ class _Admission:
             status = last if last and last >= 400 else 502
         elif ctx.failure is not None:  # a stream that failed mid-way, billed for what it delivered
             status = ctx.failure.status
-        if self._books(ctx, tokens, cost):
-            await self._book(ctx, tokens, cost, status)
+        age = time.monotonic() - self.admitted_at
+        corrections = self.plan.corrections(ctx.prompt_tokens_estimate, tokens.prompt, tokens.completion, age)
+        if self._books(ctx, corrections, cost):
+            await self._book(ctx, tokens, cost, status, corrections)
         else:  # nothing for a store
             self.guard._log(ctx, self.model, self.request, status, tokens, cost)
 
-    def _books(self, ctx: Context, tokens: Tokens, cost: int) -> bool:
+    def _books(self, ctx: Context, corrections: list[Rate], cost: int) -> bool:
         """Whether settlement has to touch a store: the ledger, a token bucket or a concurrency slot."""
         if self.held or (ctx.principal.account_id is not None and (self.reserved or cost)):
             return True
-        return bool(tokens.completion) and self.plan.counts_tokens
+        return bool(corrections)
 
-    async def _book(self, ctx: Context, tokens: Tokens, cost: int, status: int) -> None:
+    async def _book(self, ctx: Context, tokens: Tokens, cost: int, status: int, corrections: list[Rate]) -> None:
         """Queued with the stores (batching.py), not awaited: the answer's cost is already known, and a
         buffered answer need not wait a round trip for the books. The stores apply a replica's items in the
         order they were queued, so the caller's next request (a reservation, a slot) comes after this
@@ -264,9 +317,8 @@ class _Admission:
             g.ledger.settle_later(
                 p.account_id, self.reserved, cost, request_id=ctx.request_id, key_id=p.key_id, then=then
             )
-        # Output tokens charged and slots given back in one round trip (zero charges are skipped).
-        charges = self.plan.charges(tokens.completion)
-        finished = g.limits.finish(charges, [(h.key, h.holder) for h in self.held])
+        # Token buckets corrected to the real usage and slots given back in one round trip.
+        finished = g.limits.finish(corrections, [(h.key, h.holder) for h in self.held])
         if self.held:  # then the head waiter for each slot on this replica may ask for it
             released = partial(_released, g.slots, [h.key for h in self.held])
             if finished.done():  # the in-process store: no need to go round the event loop

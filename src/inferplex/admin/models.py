@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from inferplex.accounts.limits import LimitRule
 from inferplex.auth import ALL_SCOPES
 from inferplex.errors import InvalidRequest
 from inferplex.processors.base import Env, known_processors
@@ -105,12 +106,25 @@ def _check_processors(value: list[Any] | None) -> list[Any] | None:
     return value
 
 
+def _none_is_empty(value: Any) -> Any:
+    """A rule list set to null clears it, as null clears `rpm`: the column itself holds a list."""
+    return [] if value is None else value
+
+
 class KeyLimits(_Body):
     """Limits of a key or an account; null (or omitted at creation): no limit."""
 
     rpm: int | None = Field(None, gt=0, le=INT64_MAX, description="requests per minute")
     tpm: int | None = Field(None, gt=0, le=INT64_MAX, description="tokens per minute")
     max_concurrent: int | None = Field(None, gt=0, le=INT64_MAX, description="requests in flight at once")
+    monthly_cap_micros: int | None = Field(
+        None, ge=0, le=INT64_MAX, description="micro-USD this may spend per calendar month (UTC); over it: 402"
+    )
+    limit_rules: list[LimitRule] = Field(
+        default_factory=list, description="Inferada's rate-limit rules (docs/accounts.md); null: none"
+    )
+
+    _rules = field_validator("limit_rules", mode="before")(_none_is_empty)
 
 
 class KeyCreate(KeyLimits):
@@ -133,6 +147,9 @@ class KeyCreate(KeyLimits):
     enforced_processors: list[str | dict[str, Any]] = Field(
         default_factory=list, description="processors every request runs; a request cannot switch them off"
     )
+    user_limit_rules: list[LimitRule] = Field(
+        default_factory=list, description="rules counted per end user (the request's `user`) of this key"
+    )
 
     _scopes = field_validator("scopes")(_check_scopes)
     _ips = field_validator("allowed_ips")(_check_ips)
@@ -153,7 +170,9 @@ class KeyUpdate(KeyLimits):
     metadata: dict[str, Any] | None = None
     default_processors: list[str | dict[str, Any]] | None = None
     enforced_processors: list[str | dict[str, Any]] | None = None
+    user_limit_rules: list[LimitRule] = Field(default_factory=list)
 
+    _user_rules = field_validator("user_limit_rules", mode="before")(_none_is_empty)
     _required = field_validator(
         "name",
         "scopes",

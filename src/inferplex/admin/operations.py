@@ -8,7 +8,7 @@ from inferplex.accounts.keys import display_prefix, key_digest, new_key_id, new_
 from inferplex.admin.models import INT64_MAX, AccountCreate, CreditChange, KeyCreate
 from inferplex.errors import InvalidRequest, NotFound
 from inferplex.store.keys import KeyRecord, KeyStore
-from inferplex.store.ledger import Account, Ledger
+from inferplex.store.ledger import Account, Ledger, MonthSpend
 
 _OUT_OF_RANGE = "22003"  # PostgreSQL's numeric_value_out_of_range: a BIGINT sum that overflowed
 
@@ -43,7 +43,14 @@ def _overflow(param: str, balance: int | None) -> InvalidRequest:
 
 
 async def create_account(ledger: Ledger, body: AccountCreate) -> Account:
-    account = await ledger.create_account(body.name, rpm=body.rpm, tpm=body.tpm, max_concurrent=body.max_concurrent)
+    account = await ledger.create_account(
+        body.name,
+        rpm=body.rpm,
+        tpm=body.tpm,
+        max_concurrent=body.max_concurrent,
+        limit_rules=[r.model_dump() for r in body.limit_rules],
+        monthly_cap_micros=body.monthly_cap_micros,
+    )
     if body.credits_micros:
         change = CreditChange(amount_micros=body.credits_micros, note="initial credits")
         await credit(ledger, account.id, change, "credits_micros")
@@ -81,6 +88,9 @@ async def create_key(keys: KeyStore, ledger: Ledger, body: KeyCreate) -> tuple[K
         rpm=body.rpm,
         tpm=body.tpm,
         max_concurrent=body.max_concurrent,
+        limit_rules=[r.model_dump() for r in body.limit_rules],
+        user_limit_rules=[r.model_dump() for r in body.user_limit_rules],
+        monthly_cap_micros=body.monthly_cap_micros,
         expires_at=body.expires_at,
     )
     await keys.create(record)
@@ -95,8 +105,11 @@ async def rotate_key(keys: KeyStore, key_id: str) -> tuple[KeyRecord, str]:
     return record, secret
 
 
-def key_view(record: KeyRecord, secret: str | None = None) -> dict[str, Any]:
+def key_view(record: KeyRecord, secret: str | None = None, month: MonthSpend | None = None) -> dict[str, Any]:
+    """A key as the admin API shows it, with its month's spend beside its cap (`month`; none yet: 0)."""
+    month = month or MonthSpend()
     out = {"object": "api_key", **record.public()}
+    out["month_spent_micros"], out["month_reserved_micros"] = month.month_spent_micros, month.month_reserved_micros
     if secret is not None:
         out["key"] = secret
     return out

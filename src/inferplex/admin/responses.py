@@ -11,6 +11,15 @@ from typing import Any, Literal, NotRequired
 from typing_extensions import TypedDict
 
 
+class LimitRuleView(TypedDict):
+    """One of Inferada's rate-limit rules (docs/accounts.md)."""
+
+    metric: Literal["tokens", "prompt_tokens", "completion_tokens", "requests"]
+    period: Literal["minute", "day", "week", "month"]
+    max: int
+    per_request: bool
+
+
 class ApiKey(TypedDict):
     object: Literal["api_key"]
     id: str
@@ -27,6 +36,11 @@ class ApiKey(TypedDict):
     rpm: int | None
     tpm: int | None
     max_concurrent: int | None
+    limit_rules: list[LimitRuleView]
+    user_limit_rules: list[LimitRuleView]
+    monthly_cap_micros: int | None
+    month_spent_micros: int  # this calendar month's (UTC) settled costs
+    month_reserved_micros: int  # held by the key's requests in flight
     expires_at: float | None
     revoked_at: float | None
     created_at: float
@@ -46,7 +60,11 @@ class Account(TypedDict):
     rpm: int | None
     tpm: int | None
     max_concurrent: int | None
+    limit_rules: list[LimitRuleView]
     created_at: float
+    monthly_cap_micros: int | None
+    month_spent_micros: int  # this calendar month's (UTC) settled costs
+    month_reserved_micros: int  # held by the account's requests in flight
 
 
 class AccountList(TypedDict):

@@ -90,9 +90,15 @@ async def create_key(request: Request, ctx: Context) -> Response:
     return json_response(ops.key_view(record, secret), status=201)
 
 
+async def _views(request: Request, records: list[Any], secret: str | None = None) -> list[dict[str, Any]]:
+    """Keys as shown, each with its month's spend (one query for them all)."""
+    months = await _services(request).ledger.key_months([r.id for r in records])
+    return [ops.key_view(r, secret, months.get(r.id)) for r in records]
+
+
 async def list_keys(request: Request, ctx: Context) -> Response:
     records = await _services(request).keys.list(request.query_params.get("account_id"))
-    return json_response({"object": "list", "data": [ops.key_view(r) for r in records]})
+    return json_response({"object": "list", "data": await _views(request, records)})
 
 
 async def _key(request: Request) -> Any:
@@ -103,7 +109,7 @@ async def _key(request: Request) -> Any:
 
 
 async def get_key(request: Request, ctx: Context) -> Response:
-    return json_response(ops.key_view(await _key(request)))
+    return json_response((await _views(request, [await _key(request)]))[0])
 
 
 async def update_key(request: Request, ctx: Context) -> Response:
@@ -111,19 +117,19 @@ async def update_key(request: Request, ctx: Context) -> Response:
     body = await _body(request, KeyUpdate)
     record = await _services(request).keys.update(request.path_params["key_id"], body.model_dump(exclude_unset=True))
     assert record is not None
-    return json_response(ops.key_view(record))
+    return json_response((await _views(request, [record]))[0])
 
 
 async def revoke_key(request: Request, ctx: Context) -> Response:
     await _key(request)
     record = await _services(request).keys.revoke(request.path_params["key_id"])
     assert record is not None
-    return json_response(ops.key_view(record))
+    return json_response((await _views(request, [record]))[0])
 
 
 async def rotate_key(request: Request, ctx: Context) -> Response:
     record, secret = await ops.rotate_key(_services(request).keys, request.path_params["key_id"])
-    return json_response(ops.key_view(record, secret))
+    return json_response((await _views(request, [record], secret))[0])
 
 
 # ---- accounts and credits --------------------------------------------------------------------------------

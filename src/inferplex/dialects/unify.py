@@ -17,6 +17,9 @@ dialect's own renderers (`openai.RENDERS`, `openai.render_error`):
   to that provider for this request only (`CallInfo.caller_key`): it is never stored or logged.
   A platform argument of the wrong type is a 400 naming it.
 
+An account's own upstreams, `name@custom`, and the keys they use are dialects/unify_custom.py (resolved for
+the caller's account by custom_endpoints/, before the catalog); such a request always uses its stored key.
+
 `GET /v0/endpoints` answers a JSON list of `model@provider` strings (what Unify's client `list_endpoints`
 returns), filtered by the `model` and `provider` query parameters; `GET /v0/models` (`?provider=`) and
 `GET /v0/providers` (`?model=`) answer the names in them, sorted. Each lists only what the caller may use.
@@ -37,6 +40,8 @@ from starlette.routing import Route
 
 from inferplex.canonical import ChatRequest
 from inferplex.context import Context
+from inferplex.custom_endpoints.service import PROVIDER as CUSTOM
+from inferplex.dialects import unify_custom
 from inferplex.dialects import unify_usage as usage
 from inferplex.dialects.answer import answer_chat
 from inferplex.dialects.openai import DIALECT as OPENAI
@@ -95,7 +100,7 @@ async def chat_completions(request: Request, ctx: Context) -> Response:
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
     model, provider = split_endpoint(raw["model"])
     chat = parse_request(ChatRequest, raw)
-    if chat.options.use_custom_keys:
+    if chat.options.use_custom_keys and provider != CUSTOM:  # `x@custom` always uses its stored key
         ctx.info.caller_key = _caller_key(request, services, model, provider)
     return await answer_chat(DIALECT, services, chat, ctx)
 
@@ -143,6 +148,7 @@ routes = [
     _route("/v0/tags", usage.get_tags, "chat"),
     _route("/v0/metrics", usage.get_metrics, "chat"),
     _route("/v0/credits", usage.get_credits, "chat"),
+    *unify_custom.routes,  # custom keys and endpoints
 ]
 
 # Errors before a route runs take OpenAI's shape under /v0/, the chat route's (its client is the OpenAI SDK).

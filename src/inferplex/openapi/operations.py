@@ -12,6 +12,7 @@ from inferplex.dialects import inferada_wire as iw
 from inferplex.dialects import inferexchange_responses as ixr
 from inferplex.dialects import oneinfer_responses as oir
 from inferplex.dialects import openai_responses as oa
+from inferplex.dialects import unify_custom as uc
 from inferplex.dialects import unify_responses as ur
 from inferplex.dialects.anthropic import responses as ar
 from inferplex.dialects.anthropic.wire import CountTokensRequest, MessagesRequest
@@ -35,7 +36,7 @@ INFEREXCHANGE = Dialect("InferExchange", ixr.InferExchangeError)
 GATEWAY = Dialect("Gateway", oa.OpenAIError)
 
 # The failures of a proxied call, and of a read-only catalogue route.
-CHAT_ERRORS = (400, 401, 403, 404, 413, 415, 422, 429, 500, 502, 503, 504)
+CHAT_ERRORS = (400, 401, 402, 403, 404, 413, 415, 422, 429, 500, 502, 503, 504)  # 402: a monthly spending cap
 CATALOG_ERRORS = (400, 401, 403, 500, 503)
 _FILTERS = (Param("model", description="only this public model"), Param("provider", description="only this provider"))
 _STREAMS = "With `stream: true` the answer is server-sent events (`text/event-stream`), each `data:` frame one chunk."
@@ -145,6 +146,34 @@ def _unify_platform() -> list[Operation]:
             params=(q("model", required=True), q("provider", required=True), *times),
         ),
         Operation("get", "/v0/credits", "The account's balance in USD", p, ur.Credits, read),
+    ]
+
+
+def _unify_custom() -> list[Operation]:
+    """Unify's custom keys and endpoints (dialects/unify_custom.py): every argument a query parameter."""
+    q, p, ok = Param, UNIFY_PLATFORM, uc.Info
+    errs = (400, 401, 403, 404, 422, 500, 503)
+    name, new = q("name", required=True), q("new_name", required=True)
+    endpoint = (
+        q("name", required=True, description="`name@custom`"),
+        q("url", required=True, description="the upstream's OpenAI-compatible base URL; internal addresses refused"),
+        q("key_name", required=True, description="a key stored with POST /v0/custom_api_key"),
+        q("model_arg", description="the model name sent upstream; default the endpoint's name"),
+        q("model_name", description="model_arg's earlier name"),
+        q("provider", description="`custom` (a bare name then needs no @custom)"),
+    )
+    op, keys, endpoints = Operation, list[uc.CustomKey], list[uc.CustomEndpointItem]
+    value = q("value", required=True)
+    return [
+        op("post", "/v0/custom_api_key", "Store a provider key, sealed", p, ok, errs, params=(name, value)),
+        op("get", "/v0/custom_api_key", "A stored key, masked", p, uc.CustomKey, errs, params=(name,)),
+        op("delete", "/v0/custom_api_key", "Delete a stored key", p, ok, errs, params=(name,)),
+        op("get", "/v0/custom_api_key/list", "The account's keys, masked", p, keys, errs),
+        op("post", "/v0/custom_api_key/rename", "Rename a stored key", p, ok, errs, params=(name, new)),
+        op("post", "/v0/custom_endpoint", "Register an OpenAI-compatible upstream", p, ok, errs, params=endpoint),
+        op("delete", "/v0/custom_endpoint", "Delete a custom endpoint", p, ok, errs, params=(name,)),
+        op("get", "/v0/custom_endpoint/list", "The account's custom endpoints", p, endpoints, errs),
+        op("post", "/v0/custom_endpoint/rename", "Rename a custom endpoint", p, ok, errs, params=(name, new)),
     ]
 
 
@@ -276,6 +305,7 @@ OPERATIONS: list[Operation] = [
     # Unify
     _chat(UNIFY, "/v0/chat/completions", UnifyChatRequest),
     *_unify_platform(),
+    *_unify_custom(),
     # InferExchange
     *_inferexchange(),
     *_inferada(),

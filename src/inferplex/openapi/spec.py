@@ -27,6 +27,7 @@ RETRY_AFTER = {
 STATUS_TEXT = {
     400: "Bad input (the error names the field), or a malformed request head",
     401: "Missing or bad credentials",
+    402: "A monthly spending cap (the account's or the key's) would be passed",
     403: "The key may not do this (scope, model, IP) or its credit does not cover the worst case",
     404: "Unknown model, endpoint or object",
     413: "The body is larger than `max_body_bytes`",

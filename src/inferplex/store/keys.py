@@ -31,6 +31,10 @@ class KeyRecord:
     rpm: int | None = None
     tpm: int | None = None
     max_concurrent: int | None = None
+    # Inferada's rate-limit rules (accounts/limits.py), as JSON; the user rules apply to each end user.
+    limit_rules: list[Any] = field(default_factory=list)
+    user_limit_rules: list[Any] = field(default_factory=list)
+    monthly_cap_micros: int | None = None  # the key's monthly spending cap (store/moves.py)
     expires_at: float | None = None
     revoked_at: float | None = None
     created_at: float = field(default_factory=time.time)
@@ -45,6 +49,7 @@ class AccountLimits:
     rpm: int | None = None
     tpm: int | None = None
     max_concurrent: int | None = None
+    limit_rules: tuple[Any, ...] = ()
 
 
 _COLUMNS = [f.name for f in fields(KeyRecord)]
@@ -57,7 +62,13 @@ def _key_with_account(where: Any) -> Any:
     """Built once at import: building a statement costs more than running this one on SQLite."""
     a = t.accounts
     return (
-        select(t.api_keys, a.c.rpm.label("a_rpm"), a.c.tpm.label("a_tpm"), a.c.max_concurrent.label("a_mc"))
+        select(
+            t.api_keys,
+            a.c.rpm.label("a_rpm"),
+            a.c.tpm.label("a_tpm"),
+            a.c.max_concurrent.label("a_mc"),
+            a.c.limit_rules.label("a_rules"),
+        )
         .outerjoin(a, a.c.id == t.api_keys.c.account_id)
         .where(where)
     )
@@ -103,7 +114,7 @@ class KeyStore:
         m = await self.db.fetchrow(self._driver[query], {"v": value})
         if m is None:
             return None
-        found = _from_mapping(m), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"])
+        found = _from_mapping(m), AccountLimits(m["a_rpm"], m["a_tpm"], m["a_mc"], tuple(m["a_rules"] or ()))
         if cache is not None and generation is not None:
             cache.put((query, value), found, generation)
         return found

@@ -24,6 +24,12 @@ accounts = Table(
     Column("tpm", BigInteger),
     Column("max_concurrent", BigInteger),
     Column("created_at", Float, nullable=False),
+    Column("limit_rules", JSON, nullable=False, server_default="[]"),  # migration 0009
+    # Monthly spending cap and the month's figures (migration 0008, store/moves.py)
+    Column("monthly_cap_micros", BigInteger),
+    Column("spend_month", Integer, nullable=False, server_default="0"),
+    Column("month_spent_micros", BigInteger, nullable=False, server_default="0"),
+    Column("month_reserved_micros", BigInteger, nullable=False, server_default="0"),
 )
 
 api_keys = Table(
@@ -47,6 +53,19 @@ api_keys = Table(
     Column("expires_at", Float),
     Column("revoked_at", Float),
     Column("created_at", Float, nullable=False),
+    Column("limit_rules", JSON, nullable=False, server_default="[]"),  # migration 0009
+    Column("user_limit_rules", JSON, nullable=False, server_default="[]"),
+    Column("monthly_cap_micros", BigInteger),  # migration 0008
+)
+
+# A key's month (migration 0008): written only under its account's row lock, by the ledger's batch.
+key_spend = Table(
+    "key_spend",
+    metadata,
+    Column("key_id", String(40), primary_key=True),
+    Column("spend_month", Integer, nullable=False),
+    Column("month_spent_micros", BigInteger, nullable=False),
+    Column("month_reserved_micros", BigInteger, nullable=False),
 )
 
 ledger = Table(

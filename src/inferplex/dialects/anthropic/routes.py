@@ -49,6 +49,7 @@ from inferplex.streaming import SSEResponse
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    402: "billing_error",
     403: "permission_error",
     404: "not_found_error",
     413: "request_too_large",
