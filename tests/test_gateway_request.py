@@ -195,6 +195,6 @@ def test_a_plan_that_changes_nothing_keeps_the_callers_wire() -> None:
 def test_the_key_list_is_the_options() -> None:
     """Every option is a key the dialects take out, and every key is an option (`inferada` is Inferada's
     spelling of `processors`)."""
-    internal = {"location"}  # set by a processor (require_local), never read from the caller's JSON
+    internal = {"location", "refuse_when_all_open"}  # set by a processor or a dialect, never from the caller's JSON
     internal |= {"use_default_prompt"}  # read from under `inferada` (prompting/assembly.py), not a key of its own
     assert set(GatewayOptions.__dataclass_fields__) - internal | {"inferada"} == GATEWAY_KEYS

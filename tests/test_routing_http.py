@@ -282,6 +282,20 @@ def test_a_model_that_refuses_when_every_breaker_is_open_answers_503_with_retry_
         assert ups[0].hits == 2  # never probed while refusing
 
 
+def test_inferexchange_refuses_with_every_breaker_open_whatever_the_model_says(ups: list[FlipOpenAI]) -> None:
+    """Under /api/v1 a model with no serving capacity is a 503 at once (InferExchange publishes it), while
+    the same model on /v1 keeps its configured `probe`: one more attempt at the deployment that reopens first."""
+    ups[0].flip("status:500")
+    cooldown = {"failures": 2, "window": 30, "period": 30}  # when_all_open: probe, the default
+    with GatewayServer(config(ups, [model("m", [dep(0)], cooldown=cooldown, retries=0)])) as gw:
+        for _ in range(2):
+            assert chat(gw, model="m").status_code == 502
+        ix = httpx.post(gw.url + "/api/v1/chat/completions", headers=gw.auth, json={"model": "m", "messages": MSG})
+        assert ix.status_code == 503 and ix.json()["error"]["code"] == "MODEL_UNAVAILABLE", ix.text
+        assert int(ix.headers["retry-after"]) >= 1 and ups[0].hits == 2
+        assert chat(gw, model="m").status_code == 502 and ups[0].hits == 3  # /v1 probed once more
+
+
 @pytest.fixture
 def redis_prefix() -> Iterator[str]:
     import redis

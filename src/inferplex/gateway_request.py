@@ -77,6 +77,9 @@ class GatewayOptions:
     use_default_prompt: bool = True
     # Set by a processor, never by the caller: route only to deployments running there (`require_local`).
     location: str | None = None
+    # Set by a dialect, never by the caller: with every breaker open, answer 503 at once rather than probe
+    # (InferExchange: "a model with no serving capacity answers 503"); None: the model's own setting.
+    refuse_when_all_open: bool | None = None
 
     @property
     def provider_name(self) -> str | None:
@@ -92,6 +95,7 @@ class GatewayOptions:
             or self.region is not None
             or self.timeout is not None
             or self.location is not None
+            or self.refuse_when_all_open is not None
         )
 
 

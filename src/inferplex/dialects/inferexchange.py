@@ -1,11 +1,12 @@
 """The InferExchange dialect: `POST /api/v1/chat/completions` and `GET /api/v1/models`.
 
 InferExchange's API is OpenAI's Chat Completions under another prefix (its docs say so, and its request,
-response and stream shapes are OpenAI's), so its chat route is the OpenAI dialect's own handler mounted at
-`/api/v1`: one pipeline, one renderer, and so one billing path (per token, from the usage the provider
+response and stream shapes are OpenAI's), so its chat route parses and renders as the OpenAI dialect does,
+under `/api/v1`: one pipeline, one renderer, and so one billing path (per token, from the usage the provider
 reports). What it publishes of its own is kept here: per-route rate limits with `X-RateLimit-*` headers
-(`inferexchange_limits.py`), its error body for a 429 and for a model without serving capacity (a 503), and
-its model list, whose items carry `pricing: {prompt, completion, unit}`.
+(`inferexchange_limits.py`), its error body for a 429 and for a model without serving capacity (a 503: also
+a model whose deployments are all cooling down, refused at once rather than probed), and its model list,
+whose items carry `pricing: {prompt, completion, unit}`.
 
 Every other failure keeps OpenAI's error object: InferExchange publishes no other error body, and the
 clients it documents are OpenAI SDKs, which parse that one.
@@ -13,20 +14,24 @@ clients it documents are OpenAI SDKs, which parse that one.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from inferplex.canonical import ChatRequest
 from inferplex.config import ModelConfig
 from inferplex.context import Context
+from inferplex.dialects.answer import answer_chat
 from inferplex.dialects.failure import error_headers
 from inferplex.dialects.inferexchange_limits import limited
-from inferplex.dialects.openai import RENDERS, chat_completions
+from inferplex.dialects.openai import RENDERS
 from inferplex.dialects.registry import Dialect
-from inferplex.edge import Handler, endpoint, json_response
+from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import GatewayError, NotFound
+from inferplex.gateway_request import GatewayRequest, parse_request
 from inferplex.services import Services
 
 # The 503s that mean the model has nothing able to serve it: the router's `Unavailable` (no deployment could
@@ -80,6 +85,15 @@ async def get_model(request: Request, ctx: Context) -> Response:
         if m.name == model_id and ctx.principal.may_use(m.name):
             return json_response(model_card(services, m), ctx.headers())
     raise NotFound(f"The model `{model_id}` does not exist or you do not have access to it.", param="model")
+
+
+async def chat_completions(request: Request, ctx: Context) -> Response:
+    """OpenAI's chat, with InferExchange's one routing rule: a model whose deployments are all cooling down
+    answers 503 at once (its published "no serving capacity"), whatever the model's own `when_all_open`."""
+    services: Services = request.app.state.services
+    chat = parse_request(ChatRequest, await read_json(request, services.max_body_bytes, services.json_limits))
+    options = replace(chat.options, refuse_when_all_open=True)
+    return await answer_chat(DIALECT, services, GatewayRequest(chat.body, options, chat.wire()), ctx)
 
 
 def _route(path: str, handler: Handler, scope: str, bucket: str, method: str) -> Route:

@@ -38,6 +38,7 @@ class RouteOptions:
     region: str | None = None
     timeout: float | None = None
     location: str | None = None  # only deployments running there (`require_local`: on_premises)
+    refuse_when_all_open: bool | None = None  # the dialect's override of `routing.cooldown.when_all_open`
 
 
 def _names(value: Any, param: str) -> tuple[str, ...]:
@@ -99,4 +100,5 @@ def route_options(request: GatewayRequest[ChatRequest]) -> RouteOptions:
         region=opts.region,
         timeout=opts.timeout,
         location=opts.location,
+        refuse_when_all_open=opts.refuse_when_all_open,
     )

@@ -208,7 +208,8 @@ class Router:
                     rate_wait = ex.rate_wait if rate_wait is None else min(rate_wait, ex.rate_wait)
         if ctx.attempts == 0 and cooling:
             reopens, target = min(cooling, key=lambda c: c[0])
-            if policy.cooldown.when_all_open == "refuse":
+            refuse = opts.refuse_when_all_open
+            if refuse or (refuse is None and policy.cooldown.when_all_open == "refuse"):
                 raise Unavailable(
                     f"Every deployment of `{resolved.model.name}` is cooling down after failures; "
                     f"try again in {max(reopens, 0.0):.0f} s.",
