@@ -18,7 +18,7 @@ import yaml
 from inferplex.store.postgres import ADMIN_POOL, BATCH_CONNECTION, USAGE_CONNECTION
 from tests.accounts.conftest import REDIS_URL, Admin, billing_config, restart_redis_scripts
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.gateway_server import free_port
+from tests.replicas import serve
 
 MASTER = "ipx-replica-test-master"
 POOL = 3
@@ -39,42 +39,8 @@ def replicas(fake_openai: FakeOpenAI, pg_url: str, tmp_path_factory: pytest.Temp
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "INFERPLEX_TEST_MASTER": MASTER}
-    ports = [free_port(), free_port()]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        for port in ports  # started together: both run the migrations, under the advisory lock
-    ]
-    urls = [f"http://127.0.0.1:{port}" for port in ports]
-    try:
-        deadline = time.monotonic() + 60
-        for url, proc in zip(urls, procs, strict=True):
-            while True:
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                try:
-                    if httpx.get(url + "/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "gateway did not start"
-                time.sleep(0.1)
+    with serve([path, path], env, prefix) as urls:  # both run the migrations, under the advisory lock
         yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(15)
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL)
-        keys = list(client.scan_iter(prefix + "*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
 
 
 def _post(client: httpx.AsyncClient, url: str, key: str, model: str) -> object:

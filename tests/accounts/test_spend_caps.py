@@ -14,8 +14,6 @@ import os
 import random
 import secrets
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -39,7 +37,8 @@ from inferplex.store.ledger import Ledger
 from inferplex.store.moves import CapReached, Move, month_of
 from tests.accounts.conftest import Admin, billing_config, sqlite_url
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.gateway_server import GatewayServer, free_port
+from tests.gateway_server import GatewayServer
+from tests.replicas import serve
 
 # `priced` costs 3 micro-USD per output token and nothing per input: with max_tokens=2 the fake answers 2
 # tokens, so a request reserves exactly what it then costs, 6 micro-USD.
@@ -465,35 +464,8 @@ def replicas(fake_openai: FakeOpenAI, pg_url: str, tmp_path_factory: pytest.Temp
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     env = {**os.environ, "INFERPLEX_TEST_MASTER": MASTER}
-    ports = [free_port(), free_port()]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        for port in ports
-    ]
-    urls = [f"http://127.0.0.1:{port}" for port in ports]
-    try:
-        deadline = time.monotonic() + 60
-        for url, proc in zip(urls, procs, strict=True):
-            while True:
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                try:
-                    if httpx.get(url + "/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "gateway did not start"
-                time.sleep(0.1)
+    with serve([path, path], env) as urls:
         yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(15)
 
 
 def _drained(urls: list[str], account_id: str) -> None:

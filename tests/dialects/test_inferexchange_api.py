@@ -10,8 +10,6 @@ import asyncio
 import math
 import os
 import re
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,7 +18,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-import redis
 import yaml
 
 from inferplex.limits import LimitStore, Rate
@@ -30,6 +27,7 @@ from tests.accounts.conftest import REDIS_URL, Admin
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer, free_port
+from tests.replicas import serve
 
 CHAT = {"model": "echo-model", "messages": [{"role": "user", "content": "What is machine learning?"}]}
 RETRY_MESSAGE = re.compile(r"^Rate limit exceeded\. Try again in (\d+) seconds\.$")
@@ -241,7 +239,7 @@ def replicas(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) 
     """Two `inferplex serve` processes, each with its own SQLite store, sharing one Redis for limits."""
     prefix = f"inferplex_test:{os.urandom(6).hex()}:"
     env = {**os.environ, "INFERPLEX_TEST_MASTER": "ipx-ix-replicas"}
-    procs, urls = [], []
+    paths = []
     for _ in range(2):
         tmp = tmp_path_factory.mktemp("ix-replica")
         config = _config(fake_openai, chat_rpm=7)
@@ -249,37 +247,9 @@ def replicas(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) 
         config["storage"] = {"redis_url": REDIS_URL, "redis_prefix": prefix}
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(config))
-        port = free_port()
-        urls.append(f"http://127.0.0.1:{port}")
-        cmd = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)]
-        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    try:
-        _wait_until_up(urls, procs)
+        paths.append(path)
+    with serve(paths, env, prefix) as urls:
         yield urls
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(15)
-        client = redis.Redis.from_url(REDIS_URL)
-        keys = list(client.scan_iter(prefix + "*"))
-        if keys:
-            client.delete(*keys)
-        client.close()
-
-
-def _wait_until_up(urls: list[str], procs: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + 60
-    for url, proc in zip(urls, procs, strict=True):
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            try:
-                if httpx.get(url + "/health").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "gateway did not start"
-            time.sleep(0.1)
 
 
 def test_a_burst_across_two_replicas_admits_exactly_the_limit(replicas: list[str]) -> None:
