@@ -28,6 +28,7 @@ from tests.accounts.conftest import Admin, billing_config
 from tests.accounts.test_cli import cli, cli_json
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
+from tests.migrating import down_and_up
 
 PROMPT = "a b c d e"  # 5 prompt tokens at the fake; with max_tokens=2 the answer is "echo: a": 2 tokens
 MESSAGES = [{"role": "user", "content": PROMPT}]
@@ -354,48 +355,14 @@ def test_rules_from_the_cli(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
 
 def _columns(url: str) -> list[dict[str, set[str]]]:
     """The rule columns after upgrade, downgrade to 0008, and upgrade again."""
-    from alembic import command
-    from alembic.config import Config as AlembicConfig
-    from sqlalchemy import create_engine, inspect
-    from sqlalchemy.ext.asyncio import create_async_engine
 
-    from inferplex.store.backend import MIGRATIONS
-
-    def step(conn: Any, target: str, up: bool) -> dict[str, set[str]]:
-        cfg = AlembicConfig()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        cfg.attributes["connection"] = conn
-        (command.upgrade if up else command.downgrade)(cfg, target)
-        found = inspect(conn)
+    def look(found: Any) -> dict[str, set[str]]:
         return {
             table: {c["name"] for c in found.get_columns(table) if "limit_rules" in c["name"]}
             for table in ("accounts", "api_keys")
         }
 
-    targets = (("head", True), ("0008", False), ("head", True))
-    if url.startswith("sqlite"):
-        sync = create_engine(url)
-        try:
-            seen = []
-            for target, up in targets:
-                with sync.begin() as conn:
-                    seen.append(step(conn, target, up))
-            return seen
-        finally:
-            sync.dispose()
-
-    async def run() -> list[dict[str, set[str]]]:
-        engine = create_async_engine(url)
-        seen = []
-        try:
-            for target, up in targets:
-                async with engine.begin() as conn:
-                    seen.append(await conn.run_sync(step, target, up))
-        finally:
-            await engine.dispose()
-        return seen
-
-    return asyncio.run(run())
+    return down_and_up(url, "0008", look)
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])

@@ -27,6 +27,7 @@ from tests.accounts.conftest import pg_url  # noqa: F401
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
+from tests.migrating import down_and_up
 
 UPSTREAM_KEY = "sk-own-upstream-0123456789-abcd"
 SECRET_ENV = "IPX_TEST_CUSTOM_ENDPOINTS_KEY"
@@ -352,44 +353,7 @@ def test_without_an_encryption_key_the_routes_are_off(fake_openai: FakeOpenAI) -
 
 def _migrations(url: str) -> list[set[str]]:
     """The custom tables present after upgrade, downgrade to 0009, and upgrade again."""
-    from alembic import command
-    from alembic.config import Config as AlembicConfig
-    from sqlalchemy import create_engine, inspect
-    from sqlalchemy.ext.asyncio import create_async_engine
-
-    from inferplex.store.backend import MIGRATIONS
-
-    def step(conn: Any, target: str, up: bool) -> set[str]:
-        cfg = AlembicConfig()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        cfg.attributes["connection"] = conn
-        (command.upgrade if up else command.downgrade)(cfg, target)
-        return {t for t in inspect(conn).get_table_names() if t.startswith("custom_")}
-
-    targets = (("head", True), ("0009", False), ("head", True))
-    if url.startswith("sqlite"):
-        sync = create_engine(url)
-        try:
-            seen = []
-            for target, up in targets:
-                with sync.begin() as conn:
-                    seen.append(step(conn, target, up))
-            return seen
-        finally:
-            sync.dispose()
-
-    async def run() -> list[set[str]]:
-        engine = create_async_engine(url)
-        seen = []
-        try:
-            for target, up in targets:
-                async with engine.begin() as conn:
-                    seen.append(await conn.run_sync(step, target, up))
-        finally:
-            await engine.dispose()
-        return seen
-
-    return asyncio.run(run())
+    return down_and_up(url, "0009", lambda found: {t for t in found.get_table_names() if t.startswith("custom_")})
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])

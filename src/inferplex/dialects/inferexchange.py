@@ -27,10 +27,10 @@ from inferplex.context import Context
 from inferplex.dialects.answer import answer_chat
 from inferplex.dialects.failure import error_headers
 from inferplex.dialects.inferexchange_limits import limited
-from inferplex.dialects.openai import RENDERS
+from inferplex.dialects.openai import RENDERS, model_handlers
 from inferplex.dialects.registry import Dialect
 from inferplex.edge import Handler, endpoint, json_response, read_json
-from inferplex.errors import GatewayError, NotFound
+from inferplex.errors import GatewayError
 from inferplex.gateway_request import GatewayRequest, parse_request
 from inferplex.services import Services
 
@@ -72,19 +72,7 @@ def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:
     }
 
 
-async def list_models(request: Request, ctx: Context) -> Response:
-    services: Services = request.app.state.services
-    data = [model_card(services, m) for m in services.pipeline.catalog.models if ctx.principal.may_use(m.name)]
-    return json_response({"object": "list", "data": data}, ctx.headers())
-
-
-async def get_model(request: Request, ctx: Context) -> Response:
-    services: Services = request.app.state.services
-    model_id = request.path_params["model_id"]
-    for m in services.pipeline.catalog.models:
-        if m.name == model_id and ctx.principal.may_use(m.name):
-            return json_response(model_card(services, m), ctx.headers())
-    raise NotFound(f"The model `{model_id}` does not exist or you do not have access to it.", param="model")
+list_models, get_model = model_handlers(model_card)
 
 
 async def chat_completions(request: Request, ctx: Context) -> Response:

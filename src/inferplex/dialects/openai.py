@@ -12,7 +12,7 @@ says how long in `x-inferada-queued-ms` too.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -27,7 +27,7 @@ from inferplex.context import Context
 from inferplex.dialects.answer import answer, answer_chat
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.registry import Dialect, Rendering
-from inferplex.edge import endpoint, json_response, read_json
+from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import GatewayError, NotFound
 from inferplex.families.chat import CHAT
 from inferplex.families.embeddings import EMBEDDINGS
@@ -158,19 +158,27 @@ def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:
     }
 
 
-async def list_models(request: Request, ctx: Context) -> Response:
-    services: Services = request.app.state.services
-    data = [model_card(services, m) for m in services.pipeline.catalog.models if ctx.principal.may_use(m.name)]
-    return json_response({"object": "list", "data": data}, ctx.headers())
+def model_handlers(card: Callable[[Services, ModelConfig], dict[str, Any]]) -> tuple[Handler, Handler]:
+    """`GET /models` and `GET /models/{id}` in OpenAI's list shape, with `card` for each model the caller may
+    use: the OpenAI-shaped dialects differ only in their cards (InferExchange's pricing, say)."""
+
+    async def list_models(request: Request, ctx: Context) -> Response:
+        services: Services = request.app.state.services
+        data = [card(services, m) for m in services.pipeline.catalog.models if ctx.principal.may_use(m.name)]
+        return json_response({"object": "list", "data": data}, ctx.headers())
+
+    async def get_model(request: Request, ctx: Context) -> Response:
+        services: Services = request.app.state.services
+        model_id = request.path_params["model_id"]
+        for m in services.pipeline.catalog.models:
+            if m.name == model_id and ctx.principal.may_use(m.name):
+                return json_response(card(services, m), ctx.headers())
+        raise NotFound(f"The model `{model_id}` does not exist or you do not have access to it.", param="model")
+
+    return list_models, get_model
 
 
-async def get_model(request: Request, ctx: Context) -> Response:
-    services: Services = request.app.state.services
-    model_id = request.path_params["model_id"]
-    for m in services.pipeline.catalog.models:
-        if m.name == model_id and ctx.principal.may_use(m.name):
-            return json_response(model_card(services, m), ctx.headers())
-    raise NotFound(f"The model `{model_id}` does not exist or you do not have access to it.", param="model")
+list_models, get_model = model_handlers(model_card)
 
 
 def endpoint_rows(services: Services) -> list[dict[str, Any]]:
