@@ -56,6 +56,7 @@ from inferplex.context import Context
 from inferplex.dialects.answer import answer_chat
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.forms import FieldKind, read_form
+from inferplex.dialects.openai import price_card
 from inferplex.dialects.registry import Dialect, Rendering
 from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, PermissionDenied, Unauthenticated, UnsupportedMediaType
@@ -335,7 +336,6 @@ def model_entry(catalog: Catalog, model: ModelConfig) -> dict[str, Any]:
     """One model as OneInfer's clients read it: the `model` and `provider` values its chat route takes,
     what kind of model it is, its context length, and its prices per million tokens as decimal strings
     (exact, as the OpenAI dialect's model card writes them)."""
-    p = model.pricing
     return {
         "model": model.name,
         "display_name": model.display_name or model.name,
@@ -344,14 +344,7 @@ def model_entry(catalog: Catalog, model: ModelConfig) -> dict[str, Any]:
         "kind": model.type,
         "context_length": model.context_window,
         "max_output_tokens": model.max_output,
-        "pricing": {
-            "currency": "USD",
-            "unit": "per_million_tokens",
-            "input": str(p.input),
-            "output": str(p.output),
-            "cached_input": None if p.cached_input is None else str(p.cached_input),
-            "free": p.free,
-        },
+        "pricing": price_card(model.pricing),
     }
 
 

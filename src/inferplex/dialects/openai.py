@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from inferplex.accounts.guard import add_cost
 from inferplex.canonical import ChatRequest, EmbeddingRequest
-from inferplex.config import ModelConfig
+from inferplex.config import ModelConfig, Pricing
 from inferplex.context import Context
 from inferplex.dialects.answer import answer, answer_chat
 from inferplex.dialects.failure import error_headers, stream_failure
@@ -131,9 +131,20 @@ def _embeddings_result(response: EmbeddingList, request: GatewayRequest[Embeddin
 RENDERS = {CHAT.name: Rendering(_chat_result, _chat_stream), EMBEDDINGS.name: Rendering(_embeddings_result)}
 
 
+def price_card(p: Pricing) -> dict[str, Any]:
+    """A model's prices as the model cards show them: USD per million tokens, as decimal strings (exact)."""
+    return {
+        "currency": "USD",
+        "unit": "per_million_tokens",
+        "input": str(p.input),
+        "output": str(p.output),
+        "cached_input": None if p.cached_input is None else str(p.cached_input),
+        "free": p.free,
+    }
+
+
 def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:
     targets = services.pipeline.catalog.targets(model)
-    p = model.pricing
     return {
         "id": model.name,
         "object": "model",
@@ -145,14 +156,7 @@ def model_card(services: Services, model: ModelConfig) -> dict[str, Any]:
         "context_window": model.context_window,
         "max_output_tokens": model.max_output,
         "capabilities": model.capabilities.model_dump(),
-        "pricing": {
-            "currency": "USD",
-            "unit": "per_million_tokens",
-            "input": str(p.input),
-            "output": str(p.output),
-            "cached_input": None if p.cached_input is None else str(p.cached_input),
-            "free": p.free,
-        },
+        "pricing": price_card(model.pricing),
         "providers": sorted({t.provider.name for t in targets}),
         "locations": sorted({t.location for t in targets}),
     }
