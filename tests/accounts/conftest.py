@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,8 @@ import httpx
 import pytest
 import redis
 
+from inferplex.store.backend import Database
+from inferplex.store.engine import open_database
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 
@@ -74,6 +76,16 @@ def restart_redis_scripts() -> int:
 
 def sqlite_url(tmp: Path) -> str:
     return f"sqlite:///{tmp / 'inferplex.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def migrated_db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
+    """A store on each engine, migrated to head: a fresh SQLite file, or the module's PostgreSQL database."""
+    url = sqlite_url(tmp_path) if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    database = open_database(url)
+    await database.migrate()
+    yield database
+    await database.aclose()
 
 
 def billing_config(fake: FakeOpenAI, tmp: Path, database_url: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -15,9 +15,8 @@ import random
 import secrets
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -31,11 +30,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from inferplex.accounts.keys import key_digest
 from inferplex.store.backend import MIGRATIONS, Database
-from inferplex.store.engine import open_database
 from inferplex.store.keys import KeyRecord, KeyStore
 from inferplex.store.ledger import Ledger
 from inferplex.store.moves import CapReached, Move, month_of
-from tests.accounts.conftest import Admin, billing_config, sqlite_url
+from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 from tests.replicas import serve
@@ -52,13 +50,9 @@ def _utc(*when: int) -> float:
 # ---- the rule, on both engines -----------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    url = sqlite_url(tmp_path) if request.param == "sqlite" else request.getfixturevalue("pg_url")
-    database = open_database(url)
-    await database.migrate()
-    yield database
-    await database.aclose()
+@pytest.fixture
+def db(migrated_db: Database) -> Database:
+    return migrated_db
 
 
 async def _account(ledger: Ledger, balance: int, cap: int | None = None) -> str:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+# test_unify_api.py reads the usage store on each engine.
+from tests.accounts.conftest import migrated_db  # noqa: F401
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer

@@ -11,10 +11,9 @@ the others, which is itself one of the things checked.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,7 +22,6 @@ import pytest
 from inferplex.dialects.unify_metrics import endpoint_metrics, intervals, percentile
 from inferplex.dialects.unify_wire import iso, parse_time
 from inferplex.store.backend import Database
-from inferplex.store.engine import open_database
 from inferplex.store.usage import QueryFilter, UsageStore
 from tests.accounts.conftest import pg_url, sqlite_url  # noqa: F401
 from tests.fakes.openai_upstream import FakeOpenAI
@@ -465,13 +463,9 @@ def test_endpoint_metrics_table() -> None:
 # ---- the usage store's reads, on every engine -------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Database]:
-    url = sqlite_url(tmp_path) if request.param == "sqlite" else request.getfixturevalue("pg_url")
-    database = open_database(url)
-    await database.migrate()
-    yield database
-    await database.aclose()
+@pytest.fixture
+def db(migrated_db: Database) -> Database:
+    return migrated_db
 
 
 def _usage_row(i: int, account: str | None, key: str, **kw: Any) -> dict[str, Any]:
