@@ -16,6 +16,7 @@ unsupported language. The chat route stays OpenAI's (`dialects/openai.py`), as I
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -37,7 +38,7 @@ from inferplex.dialects.inferada_wire import (
     read_data,
 )
 from inferplex.dialects.registry import Dialect
-from inferplex.edge import endpoint, json_response
+from inferplex.edge import Handler, endpoint, json_response
 from inferplex.errors import GatewayError, InvalidRequest, NotFound
 from inferplex.services import Services
 
@@ -116,20 +117,20 @@ async def list_services(request: Request, ctx: Context) -> Response:
 # ---- PII --------------------------------------------------------------------------------------------------
 
 
-async def pii_analyse(request: Request, ctx: Context) -> Response:
-    services: Services = request.app.state.services
-    body = await read_body(request, services, PiiTextRequest)
-    check_service(services, "pii", body.service_id)
-    answer = await asyncio.to_thread(pii.analyse, body.text, body.language, body.score_threshold)
-    return json_response(answer, ctx.headers())
+def _pii_text(run: Callable[[str, str | None, float], Mapping[str, object]]) -> Handler:
+    """A PII route over a text (analyse, redact): the detectors run off the event loop (they are CPU-bound)."""
+
+    async def handler(request: Request, ctx: Context) -> Response:
+        services: Services = request.app.state.services
+        body = await read_body(request, services, PiiTextRequest)
+        check_service(services, "pii", body.service_id)
+        answer = await asyncio.to_thread(run, body.text, body.language, body.score_threshold)
+        return json_response(answer, ctx.headers())
+
+    return handler
 
 
-async def pii_redact(request: Request, ctx: Context) -> Response:
-    services: Services = request.app.state.services
-    body = await read_body(request, services, PiiTextRequest)
-    check_service(services, "pii", body.service_id)
-    answer = await asyncio.to_thread(pii.redact, body.text, body.language, body.score_threshold)
-    return json_response(answer, ctx.headers())
+pii_analyse, pii_redact = _pii_text(pii.analyse), _pii_text(pii.redact)
 
 
 async def pii_restore(request: Request, ctx: Context) -> Response:
