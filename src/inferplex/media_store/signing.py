@@ -1,0 +1,61 @@
+"""The gateway's download URLs: HMAC-SHA256 over a file id and an expiry time, checked in constant time.
+
+The key is the operator's (`media.signing_key`, a secret reference), else one generated on first start into
+`<data_dir>/media_signing_key` (0600). Replicas that share a store must share the key (configure it, or
+share the data directory), or a URL made by one is refused by another.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from pathlib import Path
+
+KEY_FILE = "media_signing_key"
+
+
+def load_key(configured: str | None, data_dir: str) -> bytes:
+    """The configured key, else the data directory's generated one (created once, even by replicas at once)."""
+    if configured:
+        return configured.encode()
+    path = Path(data_dir) / KEY_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+    for _ in range(100):  # another replica may have created the file an instant before writing it
+        text = path.read_text().strip()
+        if text:
+            return text.encode()
+        time.sleep(0.01)
+    raise RuntimeError(f"{path} is empty: delete it or configure media.signing_key")
+
+
+class Signer:
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def signature(self, file_id: str, expires: int) -> str:
+        mac = hmac.new(self._key, f"media:{file_id}:{expires}".encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+    def check(self, file_id: str, expires: str, signature: str, now: float | None = None) -> str | None:
+        """None when the signature is this key's for `file_id` and `expires` and that time is still ahead;
+        else why not: 'invalid' or 'expired'."""
+        if not expires.isdigit() or len(expires) > 12:
+            return "invalid"
+        expected = self.signature(file_id, int(expires))
+        if not hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace")):
+            return "invalid"
+        if int(expires) <= (time.time() if now is None else now):
+            return "expired"
+        return None
