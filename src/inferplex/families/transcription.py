@@ -242,7 +242,9 @@ async def transcribe(
     return await adapter.transcribe(request, target, info)
 
 
-async def translate(adapter: object, request: GatewayRequest[TranslationRequest], target: Target, info: CallInfo) -> Transcript:
+async def translate(
+    adapter: object, request: GatewayRequest[TranslationRequest], target: Target, info: CallInfo
+) -> Transcript:
     if not isinstance(adapter, TranslationAdapter):  # optional: a model's provider may only transcribe
         raise InvalidRequest(
             f"The model `{target.model.name}` cannot translate on provider {target.provider.name}; "
