@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from inferplex.accounts.pricing import Media, Tokens
 from inferplex.config import ModelConfig
@@ -45,6 +45,13 @@ SORA_SIZES = ("720x1280", "1280x720", "1024x1792", "1792x1024")
 VARIANTS = ("video", "thumbnail", "spritesheet")
 MAX_SECONDS = 600  # the longest clip any request may ask for: a bound on the worst case the guard reserves
 Status = Literal["queued", "in_progress", "completed", "failed"]
+
+
+def _no_nul(value: str | None) -> str | None:
+    """Text is stored (the job's row): a NUL character, which PostgreSQL's text refuses, is refused here."""
+    if value is not None and "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +98,8 @@ class VideoRequest(BaseModel):
             raise ValueError(f"seconds: at most {MAX_SECONDS}")
         return self
 
+    _text = field_validator("prompt", "user")(_no_nul)
+
     @property
     def reference(self) -> ReferenceFile | None:
         """The uploaded `input_reference` file (multipart), or None."""
@@ -99,6 +108,16 @@ class VideoRequest(BaseModel):
     def with_reference(self, reference: ReferenceFile | None) -> VideoRequest:
         self._reference = reference
         return self
+
+
+class VideoRemixRequest(BaseModel):
+    """OpenAI's CreateVideoRemixBody: the new prompt (the remix keeps its source's model, seconds and size)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    prompt: str = Field(min_length=1, max_length=32_000)
+
+    _text = field_validator("prompt")(_no_nul)
 
 
 @dataclass(frozen=True, slots=True)
