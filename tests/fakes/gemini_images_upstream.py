@@ -81,6 +81,8 @@ class FakeImagen(FakeServer):
         self.record(request, body, raw)
         if request.headers.get("x-goog-api-key") != self.api_key:
             return error(403, "Method doesn't allow unregistered callers.")
+        if method == "generateContent" and model.startswith("gemini") and "image" in model:
+            return self._content(model, body)
         if method != "predict" or not model.startswith("imagen"):
             return error(404, f"models/{model} is not found for API version v1beta, or is not supported for {method}.")
         if model == "imagen-error-500":
@@ -99,3 +101,67 @@ class FakeImagen(FakeServer):
             self.produced.append(data)
             predictions.append({"bytesBase64Encoded": base64.b64encode(data).decode(), "mimeType": mime})
         return web.json_response({"predictions": predictions})
+
+    def _content(self, model: str, body: Any) -> web.Response:
+        """Gemini's own image model: generateContent with responseModalities IMAGE, validated strictly."""
+        if (refused := validate_content(body)) is not None:
+            return refused
+        parts = body["contents"][0]["parts"]
+        prompt = " ".join(p["text"] for p in parts if "text" in p)
+        images_in = sum(1 for p in parts if "inlineData" in p)
+        data = png(f"gemini:{prompt}:{len(self.produced)}".encode())
+        self.produced.append(data)
+        answer = {
+            "candidates": [
+                {
+                    "content": {
+                        "role": "model",
+                        "parts": [
+                            {"text": "Here is your image."},
+                            {"inlineData": {"mimeType": "image/png", "data": base64.b64encode(data).decode()}},
+                        ],
+                    },
+                    "finishReason": "STOP",
+                }
+            ],
+            "usageMetadata": {
+                "promptTokenCount": len(prompt.split()) + 258 * images_in,
+                "candidatesTokenCount": 1290,
+                "totalTokenCount": len(prompt.split()) + 258 * images_in + 1290,
+                "promptTokensDetails": [{"modality": "TEXT", "tokenCount": len(prompt.split())}]
+                + ([{"modality": "IMAGE", "tokenCount": 258 * images_in}] if images_in else []),
+                "candidatesTokensDetails": [{"modality": "IMAGE", "tokenCount": 1290}],
+            },
+            "modelVersion": model,
+        }
+        return web.json_response(answer)
+
+
+CONTENT_RATIOS = {"1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9"}
+
+
+def validate_content(body: Any) -> web.Response | None:
+    if not isinstance(body, dict):
+        return error(400, "Invalid JSON payload received.")
+    for key in body:
+        if key not in ("contents", "generationConfig", "safetySettings", "systemInstruction"):
+            return _unknown(key, "")
+    contents = body.get("contents")
+    if not isinstance(contents, list) or len(contents) != 1:
+        return error(400, "* GenerateContentRequest.contents: contents is not specified")
+    for part in contents[0].get("parts") or ():
+        if set(part) - {"text", "inlineData"}:
+            return _unknown(next(iter(set(part) - {"text", "inlineData"})), "contents[0].parts[0]")
+        inline = part.get("inlineData")
+        if inline is not None and (inline.get("mimeType") not in MIMES | {"image/webp"} or not inline.get("data")):
+            return error(400, "Unable to process input image.")
+    config = body.get("generationConfig") or {}
+    for key in config:
+        if key not in ("responseModalities", "imageConfig", "candidateCount", "temperature"):
+            return _unknown(key, "generation_config")
+    if "IMAGE" not in (config.get("responseModalities") or ()):
+        return error(400, "This model only supports responseModalities that include IMAGE.")
+    ratio = (config.get("imageConfig") or {}).get("aspectRatio", "1:1")
+    if ratio not in CONTENT_RATIOS or set(config.get("imageConfig") or {}) - {"aspectRatio"}:
+        return error(400, f"Unsupported aspect ratio: {ratio}.")
+    return None

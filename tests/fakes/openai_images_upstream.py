@@ -252,9 +252,10 @@ class FakeOpenAIImages(FakeServer):
             return error(400, "Missing required parameter: 'image'.", "image", "missing_required_parameter")
         if family(model) == "dall-e-2" and (len(images) > 1 or any(not d.startswith(b"\x89PNG") for _, d, _ in images)):
             return error(400, "Invalid input image - format must be in ['RGBA', 'LA', 'L'], got RGB.", "image")
-        if fields.get("stream") not in (None, "false"):
-            return error(400, "Streaming is not supported by this fake's edits.", "stream")
-        return web.json_response(self._answer(model, fields, images_in=len(images)))
+        answer = self._answer(model, fields, images_in=len(images))
+        if fields.get("stream") == "true":
+            return await self._stream(request, answer, int(fields.get("partial_images", 0)), "image_edit")
+        return web.json_response(answer)
 
     async def variations(self, request: web.Request) -> web.StreamResponse:
         if (refused := self._auth(request)) is not None:

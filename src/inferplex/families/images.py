@@ -143,7 +143,7 @@ class ImageVariationAdapter(Protocol):
     ) -> ImagesAnswer: ...
 
 
-def _cannot(target: Target, what: str) -> InvalidRequest:
+def cannot(target: Target, what: str) -> InvalidRequest:
     return InvalidRequest(
         f"Provider {target.provider.name} (model {target.model.name}) cannot {what}.", code="unsupported_operation"
     )
@@ -159,7 +159,7 @@ async def _edit(
     adapter: Any, request: GatewayRequest[ImageEditRequest], target: Target, info: CallInfo
 ) -> ImagesAnswer:
     if not isinstance(adapter, ImageEditAdapter):
-        raise _cannot(target, "edit images")
+        raise cannot(target, "edit images")
     return await adapter.edit_image(request, target, info)
 
 
@@ -167,7 +167,7 @@ async def _vary(
     adapter: Any, request: GatewayRequest[ImageVariationRequest], target: Target, info: CallInfo
 ) -> ImagesAnswer:
     if not isinstance(adapter, ImageVariationAdapter):
-        raise _cannot(target, "make image variations")
+        raise cannot(target, "make image variations")
     return await adapter.vary_image(request, target, info)
 
 

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from inferplex.capabilities import Support
-from inferplex.errors import InvalidRequest
 from inferplex.families.images import (
     ImageCaps,
     ImageRequest,
     ImagesAnswer,
     ImageVariationRequest,
+    cannot,
     merge_answers,
     plan_images,
 )
@@ -63,10 +63,7 @@ class BedrockImages:
         self, request: GatewayRequest[ImageVariationRequest], target: Target, info: CallInfo
     ) -> ImagesAnswer:
         if tr.is_stability(target.upstream_model):
-            raise InvalidRequest(
-                f"Provider {target.provider.name} (model {target.model.name}) cannot make image variations.",
-                code="unsupported_operation",
-            )
+            raise cannot(target, "make image variations")
         plan = plan_images(request, AMAZON, target, info)
         body = plan.request.body
         return await self._invoke(target, info, plan.counts, lambda n: tr.variation(body, n), body.size, "png")

@@ -1,18 +1,33 @@
-"""Imagen through the Gemini API: `POST {base}/models/{model}:predict`, a mixin of the Gemini adapter.
+"""Google's image models through the Gemini API, a mixin of the Gemini adapter.
 
-Translation in `translate/gemini_images.py`. What Imagen does not do: `quality`, `style`, `background`,
-`moderation` and `user` are dropped and named (a 400 with `drop_params: false`); more than 4 images are
-several calls; a stream is answered from one call, without partial images. Edits and variations are not
-served (a 400 naming the operation).
+- Imagen (`imagen-*`): `POST {base}/models/{model}:predict`. It has no `quality`, `style`, `background`,
+  `moderation` or `user`: those are dropped and named (a 400 with `drop_params: false`). More than 4 images
+  take several calls. It has no edits (a 400).
+- Gemini's own image models (e.g. `gemini-2.5-flash-image`): `generateContent` with
+  `responseModalities: ["IMAGE"]`. One image per call, so `n` takes several calls. Edits send the images as
+  inline data. `mask` is dropped as well (Gemini edits from the prompt). The answer's token usage is billed at
+  the image rates.
+
+Translation is in `translate/gemini_images.py`. A stream is answered from one call without partial images.
+Variations are not served (a 400 naming the operation).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from inferplex.capabilities import Support
-from inferplex.families.images import ImageCaps, ImageRequest, ImagesAnswer, merge_answers, plan_images
+from inferplex.families.images import (
+    ImageCaps,
+    ImageEditRequest,
+    ImageRequest,
+    ImagesAnswer,
+    cannot,
+    merge_answers,
+    plan_images,
+)
 from inferplex.gateway_request import GatewayRequest
 from inferplex.providers import http
 from inferplex.providers.base import CallInfo
@@ -21,9 +36,13 @@ from inferplex.targets import Target
 from inferplex.translate import gemini_images as tr
 
 D = Support.DROPPED
-IMAGE_CAPS = ImageCaps(
-    {"quality": D, "style": D, "background": D, "moderation": D, "user": D, "input_fidelity": D}, max_n=4
-)
+_COMMON = {"quality": D, "style": D, "background": D, "moderation": D, "user": D, "input_fidelity": D}
+IMAGEN = ImageCaps(_COMMON, max_n=4)
+NATIVE = ImageCaps({**_COMMON, "output_format": D, "output_compression": D, "mask": D}, max_n=1)
+
+
+def is_imagen(model: str) -> bool:
+    return model.startswith("imagen")
 
 
 class GeminiImages:
@@ -39,19 +58,44 @@ class GeminiImages:
     async def generate_image(
         self, request: GatewayRequest[ImageRequest], target: Target, info: CallInfo
     ) -> ImagesAnswer:
-        plan = plan_images(request, IMAGE_CAPS, target, info)
+        model = target.upstream_model
+        plan = plan_images(request, IMAGEN if is_imagen(model) else NATIVE, target, info)
         body = plan.request.body
-        url = self._url(target.upstream_model, "predict")
+        if is_imagen(model):
+            return await self._calls(target, info, plan.counts, "predict", lambda n: tr.build_predict(body, n),
+                                     lambda data: tr.to_answer(data, body))  # fmt: skip
+        payload = tr.build_content(body.prompt, [], body.size)
+        return await self._calls(target, info, plan.counts, "generateContent", lambda n: payload, tr.content_answer)
+
+    async def edit_image(
+        self, request: GatewayRequest[ImageEditRequest], target: Target, info: CallInfo
+    ) -> ImagesAnswer:
+        if is_imagen(target.upstream_model):
+            raise cannot(target, "edit images")
+        plan = plan_images(request, NATIVE, target, info)
+        body = plan.request.body
+        payload = tr.build_content(body.prompt, body.image, body.size)
+        return await self._calls(target, info, plan.counts, "generateContent", lambda n: payload, tr.content_answer)
+
+    async def _calls(
+        self,
+        target: Target,
+        info: CallInfo,
+        counts: tuple[int, ...],
+        method: str,
+        build: Callable[[int], dict[str, Any]],
+        read: Callable[[Any], ImagesAnswer],
+    ) -> ImagesAnswer:
+        url = self._url(target.upstream_model, method)
 
         async def one(n: int) -> ImagesAnswer:
-            payload = tr.build_predict(body, n)
             data, _ = await http.post_json_within(
-                target, info.timeouts, self._session, url, payload, self._headers, self.errors
+                target, info.timeouts, self._session, url, build(n), self._headers, self.errors
             )
-            return tr.to_answer(data, body)
+            return read(data)
 
         try:
-            answers: list[Any] = await asyncio.gather(*(one(n) for n in plan.counts))
+            answers: list[Any] = await asyncio.gather(*(one(n) for n in counts))
         except ProviderFailure as failure:
             raise self.errors.failure(failure) from failure
         return merge_answers(answers)

@@ -111,7 +111,8 @@ class OpenAIImages:
         files = [("image[]" if len(body.image) > 1 else "image", f) for f in body.image]
         if body.mask is not None:
             files.append(("mask", body.mask))
-        return await self._multipart("edits", plan.request.wire(), files, plan.counts, target, info)
+        partials = (body.partial_images or 0) if plan.stream else None
+        return await self._multipart("edits", plan.request.wire(), files, plan.counts, target, info, partials)
 
     async def vary_image(
         self, request: GatewayRequest[ImageVariationRequest], target: Target, info: CallInfo
@@ -128,17 +129,25 @@ class OpenAIImages:
         counts: tuple[int, ...],
         target: Target,
         info: CallInfo,
+        partials: int | None = None,
     ) -> ImagesAnswer:
+        """A multipart call per count; streamed (SSE, collected) when `partials` is set."""
         url = self._image_url(name)
 
         async def one(n: int) -> ImagesAnswer:
             fields = _fields(wire, target.upstream_model, n)
             fields.pop("image", None)
             fields.pop("mask", None)
+            if partials is not None:
+                fields.update(stream=True, partial_images=partials)
             data, content_type = encode_multipart(fields, files)
             headers = {**self._auth(self._headers, info), "Content-Type": content_type}
-            raw = await _post_bytes(target, info.timeouts, self._session, url, data, headers, self.errors)
-            return await self._answer(raw, target, info)
+            if partials is not None:
+                headers["Accept"] = "text/event-stream"
+            resp = await _open_bytes(target, info.timeouts, self._session, url, data, headers, self.errors)
+            if partials is not None:
+                return await self._collect(resp)
+            return await self._answer(await _json_of(resp, self.errors), target, info)
 
         return await _fan_out(counts, one)
 
@@ -153,6 +162,10 @@ class OpenAIImages:
         """A streamed generation, collected: its partial images in order, then the completed image(s)."""
         headers = {**self._auth(self._headers, info), "Accept": "text/event-stream"}
         resp = await http.open_stream_within(target, info.timeouts, self._session, url, body, headers, self.errors)
+        return await self._collect(resp)
+
+    async def _collect(self, resp: aiohttp.ClientResponse) -> ImagesAnswer:
+        """OpenAI's image stream events (`image_generation.*`, `image_edit.*`) read to the end."""
         partials: list[str] = []
         answer: ImagesAnswer = {"created": int(time.time()), "data": []}
         done = False
@@ -283,7 +296,7 @@ def _q(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
 
 
-async def _post_bytes(
+async def _open_bytes(
     target: Target,
     timeouts: Timeouts | None,
     session: aiohttp.ClientSession,
@@ -291,25 +304,39 @@ async def _post_bytes(
     data: bytes,
     headers: Mapping[str, str],
     errors: ErrorMap,
-) -> Any:
-    """A POST of a ready body (a multipart form) within the attempt's timeouts, its JSON answer decoded."""
+) -> aiohttp.ClientResponse:
+    """A POST of a ready body (a multipart form) within the attempt's timeouts, up to the answer's head; a
+    failure status is the provider's error. The caller reads (and closes) the response."""
 
-    async def post(t: Timeouts) -> Any:
+    async def post(t: Timeouts) -> aiohttp.ClientResponse:
         try:
-            async with session.post(
+            resp = await session.post(
                 url, data=data, headers=headers, timeout=http.client_timeout(t.connect), allow_redirects=False
-            ) as resp:
-                raw = await resp.read()
-                if resp.status >= 400:
-                    raise errors.status(resp.status, raw, resp.headers)
+            )
+            if resp.status >= 400:
+                try:
+                    raw = await resp.read()
+                finally:
+                    resp.release()
+                raise errors.status(resp.status, raw, resp.headers)
         except (aiohttp.ClientError, OSError) as exc:
             raise errors.transport(exc) from exc
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise errors.malformed("sent a body that is not JSON") from exc
+        return resp
 
     return await (post(timeouts) if timeouts is not None else http.bounded(target, post))
+
+
+async def _json_of(resp: aiohttp.ClientResponse, errors: ErrorMap) -> Any:
+    try:
+        raw = await resp.read()
+    except (aiohttp.ClientError, OSError) as exc:
+        raise errors.transport(exc) from exc
+    finally:
+        resp.release()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise errors.malformed("sent a body that is not JSON") from exc
 
 
 class AzureImages:

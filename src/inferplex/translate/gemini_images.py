@@ -1,4 +1,7 @@
-"""OpenAI's image request to Imagen's `predict` (Gemini API and Vertex AI), and its predictions back.
+"""OpenAI's image requests to Google's image models, and their answers back: Imagen's `predict` (Gemini API
+and Vertex AI), and Gemini's own image models through `generateContent` (`responseModalities: ["IMAGE"]`,
+`imageConfig.aspectRatio`, the images to edit as `inlineData` parts; the answer's `inlineData` parts and its
+`usageMetadata` as OpenAI's ImagesUsage).
 
 Wire shape (google-genai's `_GenerateImagesParameters_to_vertex` / `_GeneratedImage_from_vertex`):
 `{"instances": [{"prompt": ...}], "parameters": {"sampleCount", "aspectRatio", "outputOptions": {"mimeType",
@@ -9,12 +12,13 @@ sent as that ratio; any other size is refused naming `size`.
 
 from __future__ import annotations
 
+import base64
 import time
 from fractions import Fraction
 from typing import Any
 
 from inferplex.errors import InvalidRequest
-from inferplex.families.images import ImageRequest, ImagesAnswer
+from inferplex.families.images import ImageFile, ImageRequest, ImagesAnswer
 from inferplex.providers.failures import ProviderFailure
 
 RATIOS = {
@@ -87,3 +91,72 @@ def to_answer(data: Any, request: ImageRequest) -> ImagesAnswer:
     if request.size not in (None, "auto"):
         answer["size"] = request.size
     return answer
+
+
+# ---- Gemini's own image models (generateContent with responseModalities IMAGE) ----------------------------
+
+NATIVE_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9", "21:9")
+
+
+def native_ratio(size: str | None) -> str | None:
+    """The aspect ratio of an OpenAI size among Gemini image models' own; None for `auto`; else a 400."""
+    if size in (None, "auto"):
+        return None
+    assert size is not None
+    w, h = (int(v) for v in size.split("x"))
+    r = Fraction(w, h)
+    ratio = f"{r.numerator}:{r.denominator}"
+    if ratio not in NATIVE_RATIOS:
+        raise InvalidRequest(
+            f"Invalid value for 'size': {size} is not an aspect ratio this model makes ({', '.join(NATIVE_RATIOS)}).",
+            param="size",
+        )
+    return ratio
+
+
+def build_content(prompt: str, images: list[ImageFile], size: str | None) -> dict[str, Any]:
+    """generateContent asking for an image: the prompt, and the images to edit as inline data."""
+    parts: list[dict[str, Any]] = [{"text": prompt}]
+    parts += [{"inlineData": {"mimeType": f.content_type, "data": base64.b64encode(f.data).decode()}} for f in images]
+    config: dict[str, Any] = {"responseModalities": ["IMAGE"]}
+    ratio = native_ratio(size)
+    if ratio is not None:
+        config["imageConfig"] = {"aspectRatio": ratio}
+    return {"contents": [{"role": "user", "parts": parts}], "generationConfig": config}
+
+
+def _modality(details: Any, modality: str) -> int:
+    if not isinstance(details, list):
+        return 0
+    return sum(int(d.get("tokenCount") or 0) for d in details if isinstance(d, dict) and d.get("modality") == modality)
+
+
+def content_answer(data: Any) -> ImagesAnswer:
+    """The images of a generateContent answer, with its token usage as OpenAI's ImagesUsage (the output
+    tokens are image tokens, billed at the image rate)."""
+    candidates = data.get("candidates") if isinstance(data, dict) else None
+    images: list[dict[str, Any]] = []
+    fmt = None
+    for candidate in candidates if isinstance(candidates, list) else ():
+        parts = ((candidate or {}).get("content") or {}).get("parts") or ()
+        for part in parts:
+            inline = part.get("inlineData") if isinstance(part, dict) else None
+            if isinstance(inline, dict) and isinstance(inline.get("data"), str):
+                images.append({"b64_json": inline["data"]})
+                fmt = _FORMAT.get(str(inline.get("mimeType")), fmt)
+    if not images:
+        reason = next((c.get("finishReason") for c in candidates or () if isinstance(c, dict)), None)
+        blocked = (data.get("promptFeedback") or {}).get("blockReason") if isinstance(data, dict) else None
+        why = blocked or reason or "no image in the answer"
+        raise ProviderFailure("INVALID_ARGUMENT", f"the model made no image: {why}", 400)
+    meta = data.get("usageMetadata") or {}
+    prompt = int(meta.get("promptTokenCount") or 0)
+    image_in = _modality(meta.get("promptTokensDetails"), "IMAGE")
+    output = int(meta.get("candidatesTokenCount") or 0)
+    usage = {
+        "total_tokens": prompt + output,
+        "input_tokens": prompt,
+        "output_tokens": output,
+        "input_tokens_details": {"text_tokens": prompt - image_in, "image_tokens": image_in},
+    }
+    return {"created": int(time.time()), "data": images, "output_format": fmt or "png", "usage": usage}

@@ -103,6 +103,12 @@ def images_config(fakes: dict[str, Any], tmp: Path) -> dict[str, Any]:
             _model("azure-dall-e-3", "azure", "dall-e-3", DALL_E_3),
             _model("azure-gpt-image", "azure", "gpt-image-1", GPT_IMAGE),
             _model("imagen", "gemini", "imagen-4.0-generate-001", {"image": "0.04"}),
+            _model(
+                "gemini-image",
+                "gemini",
+                "gemini-2.5-flash-image",
+                {"input": "0.3", "output": "2.5", "image_input": "0.3", "image_output": "30"},
+            ),
             _model("imagen-broken", "gemini", "imagen-error-500", {"image": "0.04"}),
             _model(
                 "titan",

@@ -74,3 +74,13 @@ def test_concurrent_requests_reconcile(gateway: GatewayServer, admin: Admin) -> 
     assert sum(int(r.headers["x-inferplex-cost-micros"]) for r in responses) == expected
     assert admin.balance(key["account_id"]) == 1_000_000 - expected
     assert sum(e["amount_micros"] for e in admin.ledger(key["account_id"])) == 1_000_000 - expected
+
+
+def test_gemini_image_tokens_are_billed_at_the_image_output_rate(gateway: GatewayServer, admin: Admin) -> None:
+    key = admin.key(credits_micros=1_000_000)
+    with _client(gateway, key["key"]) as client:
+        raw = client.images.with_raw_response.generate(model="gemini-image", prompt="a tram in fog")
+    assert raw.parse().usage.output_tokens == 1290  # type: ignore[union-attr]
+    # 4 text tokens at $0.3/M + 1290 image tokens at $30/M = 38701.2 micro-USD, rounded up once
+    assert raw.headers["x-inferplex-cost-micros"] == "38702"
+    assert admin.balance(key["account_id"]) == 1_000_000 - 38702

@@ -202,3 +202,33 @@ def test_a_bedrock_size_it_cannot_make_is_its_400(client: openai.OpenAI) -> None
     with pytest.raises(openai.BadRequestError) as refused:
         client.images.generate(model="titan", prompt="a canyon", size="1000x1000")
     assert "1000x1000" in refused.value.message
+
+
+def test_an_edit_streams_openais_image_edit_events(client: openai.OpenAI, fakes: dict[str, Any]) -> None:
+    stream = client.images.edit(
+        model="gpt-image-1", image=("in.png", PNG, "image/png"), prompt="a scarf", stream=True, partial_images=1
+    )
+    events = list(stream)
+    assert [e.type for e in events] == ["image_edit.partial_image", "image_edit.completed"]
+    assert base64.b64decode(events[-1].b64_json) == fakes["openai"].produced[-1]
+    sent = fakes["openai"].last("/images/edits").body
+    assert sent["stream"] == "true" and sent["partial_images"] == "1"
+
+
+def test_gemini_image_model_generates_and_edits_through_generate_content(
+    client: openai.OpenAI, fakes: dict[str, Any]
+) -> None:
+    fake = fakes["imagen"]
+    raw = client.images.with_raw_response.generate(model="gemini-image", prompt="a tram", n=2, size="1536x1024")
+    result = raw.parse()
+    assert [_bytes(d) for d in result.data] == fake.produced[-2:]
+    sent = fake.last(":generateContent").body
+    assert sent["generationConfig"] == {"responseModalities": ["IMAGE"], "imageConfig": {"aspectRatio": "3:2"}}
+    assert result.usage is not None and result.usage.output_tokens == 2 * 1290
+    edited = client.images.with_raw_response.edit(
+        model="gemini-image", image=("in.png", PNG, "image/png"), mask=("m.png", MASK, "image/png"), prompt="rain"
+    )
+    assert edited.headers["x-inferplex-dropped-params"] == "mask"
+    parts = fake.last(":generateContent").body["contents"][0]["parts"]
+    assert parts[0] == {"text": "rain"} and base64.b64decode(parts[1]["inlineData"]["data"]) == PNG
+    assert edited.parse().usage.input_tokens_details.image_tokens == 258  # type: ignore[union-attr]
