@@ -12,7 +12,8 @@ The one model hosted is `google/veo-3` (its version `VERSION`): `prompt` (requir
 `resolution` 720p | 1080p, `aspect_ratio` 16:9 | 9:16, `negative_prompt`, `image` (a data URL or https
 link), `seed`. A prediction is `starting` at creation, `processing` (with a tqdm progress bar in its logs)
 until its `steps`-th poll, then `succeeded` with an output URL on this server (`/delivery/...`, no token
-needed, as replicate.delivery), or `failed` with an `error` when the prompt contains `FAIL`. `polls` counts
+needed, as replicate.delivery), or `failed` with an `error` when the prompt contains `FAIL`; one whose
+prompt contains `SLOW` stays `processing` until it is canceled. `polls` counts
 the polls per prediction.
 """
 
@@ -179,8 +180,8 @@ class FakeReplicate(FakeServer):
     def _advance(self, request: web.Request, p: dict[str, Any], polls: int) -> None:
         if p["status"] in ("succeeded", "failed", "canceled"):
             return
-        if polls < self.steps:
-            done = polls * 100 // self.steps
+        if polls < self.steps or "SLOW" in p["input"]["prompt"]:
+            done = min(polls, self.steps - 1) * 100 // self.steps
             p.update(status="processing", started_at=p.get("started_at") or _now())
             p["logs"] += f"{done:3d}%|{'#' * (done // 10):<10}| {polls}/{self.steps} [00:0{polls}<00:00]\n"
             return
