@@ -5,6 +5,7 @@ can; each completed job is billed for its seconds."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,34 @@ def test_deleting_a_running_replicate_job_cancels_the_prediction(
     assert c.videos.delete(video.id).deleted
     wait_for(lambda: prediction["status"] == "canceled")
     assert fake_replicate.last("/cancel").path == f"/v1/predictions/{prediction['id']}/cancel"
+
+
+def test_an_uploaded_reference_image_reaches_each_provider(
+    server: GatewayServer,
+    fake_veo: FakeGeminiVideos,
+    fake_reel: FakeBedrockVideos,
+    fake_replicate: FakeReplicate,
+    tmp_path: Path,
+) -> None:
+    from tests.media.video_providers.test_adapters import PNG
+
+    image = tmp_path / "first.png"
+    image.write_bytes(PNG)
+    encoded = base64.b64encode(PNG).decode()
+    c = client(server)
+    for name, seconds, size in CASES:
+        with image.open("rb") as f:
+            video = c.videos.create(
+                model=name,
+                prompt=f"animate this for {name}",
+                seconds=seconds,  # type: ignore[arg-type]
+                size=size,  # type: ignore[arg-type]
+                input_reference=f,
+            )
+        assert video.status in ("queued", "in_progress")
+    veo_body = fake_veo.last(":predictLongRunning").body
+    assert veo_body["instances"][0]["image"] == {"bytesBase64Encoded": encoded, "mimeType": "image/png"}
+    reel_body = fake_reel.last("/async-invoke").body
+    assert reel_body["modelInput"]["textToVideoParams"]["images"] == [{"format": "png", "source": {"bytes": encoded}}]
+    rep_body = fake_replicate.last("/predictions").body
+    assert rep_body["input"]["image"] == "data:image/png;base64," + encoded
