@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from inferplex.context import Context
+from inferplex.dialects.failure import error_headers
 from inferplex.dialects.registry import Rendering
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest
@@ -46,9 +47,8 @@ MAX_UPLOAD_BYTES = 64 * 1024 * 1024  # without a media store's `max_upload_bytes
 
 
 def _render_error(err: GatewayError, ctx: Context) -> Response:
-    from inferplex.dialects.openai import render_error
-
-    return render_error(err, ctx)
+    """OpenAI's error object (as dialects/openai.render_error, which lists these routes)."""
+    return json_response(err.to_openai(), error_headers(err, ctx), err.status)
 
 
 async def generations(request: Request, ctx: Context) -> Response:
