@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import math
 import wave
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +29,7 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from inferplex.errors import InvalidRequest, Unavailable
+from inferplex.errors import GatewayError, InvalidRequest, Unavailable, UpstreamError
 from inferplex.families.speech import CONTENT_TYPES
 
 F32 = npt.NDArray[np.float32]
@@ -99,41 +100,82 @@ def encode(samples: F32, rate: int, response_format: str) -> tuple[bytes, str]:
     return out.getvalue(), content_type
 
 
-def decode(path: Path, rate: int) -> F32:
-    """The audio file at `path` as mono float32 samples at `rate` Hz; a 400 when it cannot be decoded."""
+def decode(path: Path, rate: int, max_seconds: float) -> F32:
+    """The audio file at `path` as mono float32 samples at `rate` Hz, read and resampled block by block (so a
+    long file never sits in memory at its own rate and channel count); a 400 when it cannot be decoded or is
+    longer than `max_seconds`."""
     import soundfile
 
     try:
-        samples, source_rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+        with soundfile.SoundFile(str(path)) as f:
+            source_rate = int(f.samplerate)
+            if f.frames > max_seconds * source_rate:
+                raise InvalidRequest(
+                    f"The audio is {f.frames / source_rate:.0f} s long; this model takes at most {max_seconds:.0f} s.",
+                    param="file",
+                )
+            stream = Resampler(source_rate, rate)
+            parts = [
+                stream.feed(block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0])
+                for block in f.blocks(blocksize=source_rate * 30, dtype="float32", always_2d=True)
+            ]
     except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
         raise InvalidRequest(
             f"The bundled transcription model cannot decode this audio file ({exc}); "
             f"supported formats: {', '.join(DECODABLE)}.",
             param="file",
         ) from None
-    mono: F32 = samples.mean(axis=1, dtype=np.float32) if samples.shape[1] > 1 else samples[:, 0]
-    return resample(mono, int(source_rate), rate)
-
-
-def _lowpass(samples: F32, cutoff: float, taps: int = 63) -> F32:
-    """A windowed-sinc low-pass filter; `cutoff` is a fraction of the sample rate (below 0.5)."""
-    n = np.arange(taps, dtype=np.float64) - (taps - 1) / 2
-    kernel = 2 * cutoff * np.sinc(2 * cutoff * n) * np.hamming(taps)
-    kernel /= kernel.sum()
-    out: F32 = np.convolve(samples, kernel.astype(np.float32), mode="same").astype(np.float32)
+    parts.append(stream.feed(np.zeros(0, np.float32), last=True))
+    out: F32 = np.concatenate(parts)
     return out
+
+
+class Resampler:
+    """Streaming sample-rate conversion: a windowed-sinc low-pass below the new Nyquist frequency when the
+    rate drops, then linear interpolation. Fed block by block; each output sample is computed once enough of
+    the input around it has arrived, and only that much input is kept between blocks."""
+
+    TAPS = 63
+
+    def __init__(self, rate: int, target: int) -> None:
+        self.rate, self.target = rate, target
+        self.step = rate / target
+        self.kernel: F32 | None = None
+        if target < rate:
+            n = np.arange(self.TAPS, dtype=np.float64) - (self.TAPS - 1) / 2
+            cutoff = 0.45 * target / rate
+            kernel = 2 * cutoff * np.sinc(2 * cutoff * n) * np.hamming(self.TAPS)
+            self.kernel = (kernel / kernel.sum()).astype(np.float32)
+        self.margin = self.TAPS // 2 + 2
+        self.buffer = np.zeros(0, np.float32)
+        self.start = 0  # the input index of buffer[0]
+        self.seen = 0  # input samples fed so far
+        self.done = 0  # output samples produced so far
+
+    def feed(self, block: F32, last: bool = False) -> F32:
+        self.seen += block.size
+        if self.rate == self.target:
+            return block.astype(np.float32, copy=False)
+        self.buffer = np.concatenate([self.buffer, block.astype(np.float32, copy=False)])
+        if last:
+            end = round(self.seen * self.target / self.rate)
+        else:  # outputs whose input neighbourhood (filter and interpolation) has fully arrived
+            end = max(self.done, math.ceil((self.seen - self.margin) / self.step))
+        if end <= self.done or self.buffer.size == 0:
+            return np.zeros(0, np.float32)
+        filtered = self.buffer if self.kernel is None else np.convolve(self.buffer, self.kernel, mode="same")
+        positions = np.arange(self.done, end, dtype=np.float64) * self.step - self.start
+        out: F32 = np.interp(positions, np.arange(self.buffer.size), filtered).astype(np.float32)
+        self.done = end
+        keep = max(int(self.done * self.step) - self.margin - self.start, 0)
+        self.buffer = self.buffer[keep:]
+        self.start += keep
+        return out
 
 
 def resample(samples: F32, rate: int, target: int) -> F32:
-    """`samples` at `target` Hz: low-pass below the new Nyquist frequency when rate drops, then interpolate."""
-    if rate == target or samples.size == 0:
-        return samples.astype(np.float32, copy=False)
-    if target < rate:
-        samples = _lowpass(samples, 0.45 * target / rate)
-    count = round(samples.size * target / rate)
-    positions = np.arange(count, dtype=np.float64) * (rate / target)
-    out: F32 = np.interp(positions, np.arange(samples.size), samples).astype(np.float32)
-    return out
+    """`samples` at `target` Hz (`Resampler` in one go)."""
+    return Resampler(rate, target).feed(samples, last=True)
 
 
 class ModelPool(Generic[M]):
@@ -179,7 +221,12 @@ class ModelPool(Generic[M]):
             slots.release()
 
         future.add_done_callback(release)
-        _, result = await asyncio.shield(future)
+        try:
+            _, result = await asyncio.shield(future)
+        except GatewayError:
+            raise
+        except Exception as exc:  # the runtime's own failure (onnxruntime, CTranslate2): the provider's, a 502
+            raise UpstreamError(f"The local model {self.name} failed: {exc}") from None
         return result, queued
 
     def _loaded(self) -> M:

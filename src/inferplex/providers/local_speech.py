@@ -157,7 +157,10 @@ class LocalSpeech:
             info.dropped_params = [*info.dropped_params, "instructions"]
 
         def work(model: Synthesizer) -> tuple[bytes, str]:
-            return encode(model.speak(body.input, body.speed), model.rate, response_format)
+            samples = model.speak(body.input, body.speed)
+            if samples.size == 0:
+                raise InvalidRequest(f"{target.model.name} found nothing it can pronounce in the input.", param="input")
+            return encode(samples, model.rate, response_format)
 
         (data, content_type), info.queued_ms = await self._pool(spec, voice).run(work)
         return Speech(content_type=content_type, audio=_chunks(data), format=response_format)

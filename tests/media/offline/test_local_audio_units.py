@@ -43,7 +43,7 @@ def test_each_format_is_written_and_reads_back(tmp_path: Path, fmt: str, content
     assert ctype == content_type and data.startswith(magic)
     path = tmp_path / f"a.{fmt}"
     path.write_bytes(data)
-    back = decode(path, 16000)
+    back = decode(path, 16000, 60)
     assert abs(back.size - 16000) < 1200  # one second at 16 kHz (codec padding aside)
     spectrum = np.abs(np.fft.rfft(back[2000:14000]))
     assert abs(np.argmax(spectrum) * 16000 / 12000 - 440) < 5  # the tone survives encoding and resampling
@@ -74,7 +74,7 @@ def test_undecodable_upload_is_a_400_naming_what_is_decoded(tmp_path: Path) -> N
     path = tmp_path / "a.m4a"
     path.write_bytes(b"\x00\x00\x00\x20ftypM4A " + bytes(200))
     with pytest.raises(InvalidRequest) as caught:
-        decode(path, 16000)
+        decode(path, 16000, 60)
     assert caught.value.param == "file" and "wav" in caught.value.message
 
 
@@ -86,6 +86,45 @@ def test_resampling_keeps_the_pitch_and_removes_what_cannot_be_kept() -> None:
     assert np.sqrt(np.mean(alias[100:-100] ** 2)) < 0.01  # unfiltered, it would alias to 4 kHz at 0.35 RMS
     up = resample(_tone(1.0, 8000, 300.0), 8000, 16000)
     assert up.size == 16000 and abs(np.argmax(np.abs(np.fft.rfft(up))) - 300) <= 1
+
+
+def test_streamed_resampling_equals_one_pass() -> None:
+    audio = np.random.default_rng(2).standard_normal(44100 * 3).astype(np.float32)
+    whole = resample(audio, 44100, 16000)
+    stream = local_audio.Resampler(44100, 16000)
+    pieces = [stream.feed(audio[i : i + 10007]) for i in range(0, audio.size, 10007)]
+    streamed = np.concatenate([*pieces, stream.feed(np.zeros(0, np.float32), last=True)])
+    assert streamed.size == whole.size == 48000
+    assert np.allclose(streamed, whole, atol=1e-5)
+
+
+def test_stereo_is_mixed_down_and_long_files_are_refused(tmp_path: Path) -> None:
+    import soundfile
+
+    left, right = _tone(2.0, 16000, 440.0), _tone(2.0, 16000, 1000.0)
+    path = tmp_path / "stereo.flac"
+    soundfile.write(str(path), np.stack([left, right], axis=1), 16000)
+    mono = decode(path, 16000, 60)
+    assert mono.size == 32000 and np.allclose(mono, (left + right) / 2, atol=1e-3)
+    with pytest.raises(InvalidRequest, match="at most 1 s") as caught:
+        decode(path, 16000, 1)
+    assert caught.value.param == "file"
+
+
+def test_a_runtime_failure_is_the_providers_502() -> None:
+    def work(model: object) -> None:
+        raise RuntimeError("onnxruntime: bad input")
+
+    async def main() -> None:
+        pool: ModelPool[object] = ModelPool("t", object, parallel=1)
+        with pytest.raises(Exception, match="failed: onnxruntime: bad input") as caught:
+            await pool.run(work)
+        assert getattr(caught.value, "status", None) == 502
+        with pytest.raises(InvalidRequest):  # the gateway's own errors pass as they are
+            await pool.run(lambda m: (_ for _ in ()).throw(InvalidRequest("no", param="x")))
+        await pool.aclose()
+
+    asyncio.run(main())
 
 
 def test_log_mel_is_whisper_shaped_and_normalised() -> None:

@@ -148,6 +148,26 @@ def test_transcription_refusals_are_400s(client: openai.OpenAI, gateway: Gateway
     assert r.status_code == 400 and r.json()["error"]["param"] == "model"
 
 
+def test_silence_is_heard_as_nothing(client: openai.OpenAI) -> None:
+    """Whisper hears "you" in digital silence; the gateway does not pass that on."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(bytes(2 * 16000 * 5))
+    heard = client.audio.transcriptions.create(
+        model=STT, file=("quiet.wav", out.getvalue()), response_format="verbose_json"
+    )
+    assert heard.text == "" and heard.duration == 5.0 and heard.segments == []
+
+
+def test_unpronounceable_input_is_a_400(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.audio.speech.create(model=TTS, voice="heart", input="\U0001f642", response_format="wav")
+    assert isinstance(caught.value.body, dict) and caught.value.body.get("param") == "input"
+
+
 def test_an_undecodable_file_is_a_client_error(gateway: GatewayServer) -> None:
     fake_m4a = b"\x00\x00\x00\x20ftypM4A \x00\x00\x00\x00M4A mp42isom" + bytes(4000)
     r = httpx.post(
