@@ -87,24 +87,29 @@ class DiskBlobs:
             raise
         return size
 
-    async def get(self, key: str, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
-        f = await asyncio.to_thread(open, self.path(key), "rb")
-        try:
-            if start:
-                await asyncio.to_thread(f.seek, start)
-            left = None if end is None else end - start
-            while left is None or left > 0:
-                chunk = await asyncio.to_thread(f.read, CHUNK if left is None else min(CHUNK, left))
-                if not chunk:
-                    return
-                if left is not None:
-                    left -= len(chunk)
-                yield chunk
-        finally:
-            f.close()
+    def get(self, key: str, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
+        return read_file(self.path(key), start, end)
 
     async def delete(self, key: str) -> None:
         await asyncio.to_thread(self.path(key).unlink, True)
 
     async def aclose(self) -> None:
         return None
+
+
+async def read_file(path: Path, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
+    """The bytes `[start, end)` of the file at `path`, in `CHUNK`s, each read on a thread."""
+    f = await asyncio.to_thread(open, path, "rb")
+    try:
+        if start:
+            await asyncio.to_thread(f.seek, start)
+        left = None if end is None else end - start
+        while left is None or left > 0:
+            chunk = await asyncio.to_thread(f.read, CHUNK if left is None else min(CHUNK, left))
+            if not chunk:
+                return
+            if left is not None:
+                left -= len(chunk)
+            yield chunk
+    finally:
+        f.close()

@@ -25,10 +25,12 @@ from starlette.responses import Response
 from inferplex.auth import Principal
 from inferplex.config import Config, MediaConfig
 from inferplex.errors import PayloadTooLarge, UpstreamError, UpstreamTimeout
-from inferplex.media_store.blobs import CHUNK, Blobs, DiskBlobs, TooLarge
+from inferplex.media_store.blobs import CHUNK, Blobs, DiskBlobs, TooLarge, read_file
 from inferplex.media_store.download import file_response, parse_range
+from inferplex.media_store.fetch import Fetcher
 from inferplex.media_store.files import FileRows, Placed, StoredFile
 from inferplex.media_store.signing import Signer, load_key
+from inferplex.media_store.uploads import UploadedFile
 from inferplex.store.backend import Database
 
 log = logging.getLogger("inferplex")
@@ -62,7 +64,7 @@ class MediaStore:
         self.base_url = base_url.rstrip("/")
         self.upload_dir = upload_dir
         self.max_upload_bytes = config.max_upload_bytes
-        self._http: aiohttp.ClientSession | None = None
+        self._fetcher = Fetcher(config.fetch_timeout_s)
         self._sweeper: asyncio.Task[None] | None = None
 
     @classmethod
@@ -132,6 +134,19 @@ class MediaStore:
             max_bytes=max_bytes,
         )
 
+    async def save_upload(
+        self, owner: str, upload: UploadedFile, *, purpose: str = "upload", ttl_s: float | None = None
+    ) -> StoredFile:
+        """Keep an upload (a video's reference image, say) beyond its request: a stored file of its own."""
+        return await self.save(
+            owner,
+            read_file(upload.path),
+            filename=upload.filename,
+            content_type=upload.content_type,
+            purpose=purpose,
+            ttl_s=ttl_s,
+        )
+
     async def _save(
         self,
         owner: str,
@@ -175,13 +190,15 @@ class MediaStore:
         content_type: str | None = None,
         ttl_s: float | None = None,
         max_bytes: int | None = None,
+        public_only: bool = False,
     ) -> StoredFile:
         """GET a provider's `url` (with `headers`, e.g. the deployment's key) and stream it into the store.
         Its type is `content_type`, else what the provider answered. A failure is the provider's: 502 (504
-        on a timeout), as is a file past `max_bytes` (default `media.max_fetch_bytes`)."""
+        on a timeout), as is a file past `max_bytes` (default `media.max_fetch_bytes`). `public_only`: a URL
+        from a source the operator does not vouch for may reach public addresses only (media_store/fetch.py)."""
         limit = max_bytes or self.config.max_fetch_bytes
         try:
-            async with self._session().get(url, headers=headers, allow_redirects=True) as answer:
+            async with self._fetcher.get(url, headers, public_only) as answer:
                 if answer.status >= 400:
                     message = f"Fetching the provider's file failed: HTTP {answer.status}."
                     raise UpstreamError(message, upstream_status=answer.status)
@@ -197,12 +214,6 @@ class MediaStore:
             raise UpstreamTimeout("Fetching the provider's file timed out.") from None
         except aiohttp.ClientError as exc:
             raise UpstreamError(f"Fetching the provider's file failed: {type(exc).__name__}.") from None
-
-    def _session(self) -> aiohttp.ClientSession:
-        if self._http is None:
-            timeout = aiohttp.ClientTimeout(total=self.config.fetch_timeout_s, sock_connect=30)
-            self._http = aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar())
-        return self._http
 
     # ---- reading ---------------------------------------------------------------------------------------
 
@@ -290,8 +301,7 @@ class MediaStore:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        if self._http is not None:
-            await self._http.close()
+        await self._fetcher.aclose()
         await self.blobs.aclose()
 
 

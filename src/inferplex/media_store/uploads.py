@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import tempfile
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,10 +52,17 @@ class UploadedFile:
     bytes: int
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class UploadForm:
+    """The form's text fields (converted) and files (on disk). The files are deleted by `close()` (or leaving
+    `with form:`), and at the latest when the form itself is garbage (the end of the request that read it,
+    unless something keeps the form): keep a file beyond that with `MediaStore.save_upload`."""
+
     fields: dict[str, Any] = field(default_factory=dict)
     files: dict[str, list[UploadedFile]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        weakref.finalize(self, _unlink_all, self.files)
 
     def file(self, name: str) -> UploadedFile | None:
         found = self.files.get(name)
@@ -62,16 +70,20 @@ class UploadForm:
 
     def close(self) -> None:
         """Delete the temporary files."""
-        for files in self.files.values():
-            for f in files:
-                with contextlib.suppress(OSError):
-                    os.unlink(f.path)
+        _unlink_all(self.files)
 
     def __enter__(self) -> UploadForm:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unlink_all(files: dict[str, list[UploadedFile]]) -> None:
+    for found in files.values():
+        for f in found:
+            with contextlib.suppress(OSError):
+                os.unlink(f.path)
 
 
 def _field_name(raw: str) -> str:

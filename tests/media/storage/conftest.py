@@ -20,7 +20,7 @@ from aiohttp import web
 from inferplex.config import Config, parse_config
 from inferplex.media_store.store import MediaStore
 from inferplex.store.backend import Database
-from tests.accounts.conftest import migrated_db, pg_url
+from tests.accounts import conftest as accounts
 from tests.fakes.server import BackgroundServer
 from tests.gateway_server import free_port
 
@@ -89,19 +89,19 @@ def _s3_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # The accounts' fixtures, used here: `migrated_db` (a migrated database on each engine) and its `pg_url`.
-__all__ = ["migrated_db", "pg_url"]
+migrated_db = accounts.migrated_db
+pg_url = accounts.pg_url
 
 
 @pytest.fixture(params=["disk", "s3"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MediaStore]:
+async def store(request: pytest.FixtureRequest, migrated_db: Database, tmp_path: Path) -> AsyncIterator[MediaStore]:
     """A store on each backend, its rows on each engine (`migrated_db`: SQLite and PostgreSQL)."""
-    db: Database = request.getfixturevalue("migrated_db")
     if request.param == "s3":
         moto = request.getfixturevalue("moto_url")
         config = media_config(tmp_path, "s3", moto, request.getfixturevalue("bucket"))
     else:
         config = media_config(tmp_path, "disk")
-    media = await MediaStore.open(config, db)
+    media = await MediaStore.open(config, migrated_db)
     yield media
     await media.aclose()
 
@@ -114,8 +114,13 @@ class FileHost:
         self.key = key
         self.files: dict[str, bytes] = {}
         self.seen: list[dict[str, str]] = []
-        self._server = BackgroundServer([web.get("/{name}", self._serve), web.get("/endless/{n}", self._endless)],
-                                        "file-host")  # fmt: skip
+        routes = [
+            web.get("/{name}", self._serve),
+            web.get("/endless/{n}", self._endless),
+            web.get("/moved/{name}", self._moved),
+            web.get("/elsewhere/{name}", self._elsewhere),
+        ]
+        self._server = BackgroundServer(routes, "file-host")
         self.port = 0
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
@@ -126,6 +131,14 @@ class FileHost:
         if data is None:
             return web.json_response({"error": {"message": "no such file"}}, status=404)
         return web.Response(body=data, content_type="image/png")
+
+    async def _moved(self, request: web.Request) -> web.StreamResponse:
+        """A redirect on the same host: the key goes along."""
+        raise web.HTTPFound(f"/{request.match_info['name']}")
+
+    async def _elsewhere(self, request: web.Request) -> web.StreamResponse:
+        """A redirect to another host name (the same server as `localhost`): the key must not follow."""
+        raise web.HTTPFound(f"http://localhost:{self.port}/{request.match_info['name']}")
 
     async def _endless(self, request: web.Request) -> web.StreamResponse:
         """Chunked, no Content-Length: `n` chunks of 64 KiB."""

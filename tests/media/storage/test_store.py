@@ -135,3 +135,43 @@ def _blob_count(store: MediaStore) -> int:
     found = s3.list_objects_v2(Bucket=store.blobs.bucket)  # type: ignore[attr-defined]
     uploads = s3.list_multipart_uploads(Bucket=store.blobs.bucket)  # type: ignore[attr-defined]
     return int(found.get("KeyCount", 0)) + len(uploads.get("Uploads", []))
+
+
+async def test_redirects_keep_the_key_on_the_same_host_only(store: MediaStore, file_host: FileHost) -> None:
+    file_host.files["moved.png"] = b"moved"
+    headers = {"Authorization": f"Bearer {file_host.key}"}
+    saved = await store.fetch_to_store(file_host.url + "/moved/moved.png", headers, "o", filename="m", purpose="image")
+    assert await read_all(store.read(saved)) == b"moved"
+    file_host.seen.clear()
+    with pytest.raises(UpstreamError) as caught:
+        await store.fetch_to_store(file_host.url + "/elsewhere/moved.png", headers, "o", filename="m", purpose="image")
+    assert caught.value.upstream_status == 401
+    assert file_host.seen and "Authorization" not in file_host.seen[-1]
+
+
+async def test_public_only_refuses_internal_addresses(store: MediaStore, file_host: FileHost) -> None:
+    file_host.files["p.png"] = b"p"
+    headers = {"Authorization": f"Bearer {file_host.key}"}
+    for url in (file_host.url + "/p.png", f"http://localhost:{file_host.port}/p.png", "file:///etc/passwd"):
+        with pytest.raises(UpstreamError) as caught:
+            await store.fetch_to_store(url, headers, "o", filename="p", purpose="image", public_only=True)
+        assert caught.value.code == "media_url_refused", caught.value.message
+    with pytest.raises(UpstreamError) as caught:  # the file host's address is not the problem without it
+        await store.fetch_to_store("file:///etc/passwd", headers, "o", filename="p", purpose="image")
+    assert caught.value.code == "media_url_refused"
+
+
+async def test_an_upload_kept_as_a_stored_file(store: MediaStore, tmp_path: Path) -> None:
+    from inferplex.media_store.uploads import UploadedFile
+
+    data = os.urandom(150_000)
+    path = tmp_path / "upload-x"
+    path.write_bytes(data)
+    saved = await store.save_upload("o", UploadedFile(path, "ref.png", "image/png", len(data)), purpose="video")
+    assert (saved.filename, saved.content_type, saved.bytes, saved.purpose) == (
+        "ref.png",
+        "image/png",
+        len(data),
+        "video",
+    )
+    assert await read_all(store.read(saved)) == data

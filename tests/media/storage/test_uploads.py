@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -39,7 +41,14 @@ class UploadApp:
     def __init__(self, upload_dir: Path) -> None:
         self.dir = upload_dir
         self.refused_at: list[float] = []  # when the route gave up on a body (monotonic)
-        app = Starlette(routes=[Route("/upload", endpoint(render_error, self.upload, None), methods=["POST"])])
+        app = Starlette(
+            routes=[
+                Route("/upload", endpoint(render_error, self.upload, None), methods=["POST"]),
+                Route("/forgetful", endpoint(render_error, self.forgetful, None), methods=["POST"]),
+            ]
+        )
+        # what the gateway's routes find: the media store's upload directory on `services.media`
+        app.state.services = SimpleNamespace(media=SimpleNamespace(upload_dir=upload_dir))
         self.port = free_port()
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                                     lifespan="off"))  # fmt: skip
@@ -68,6 +77,13 @@ class UploadApp:
                 for name, found in form.files.items()
             }  # fmt: skip
         return json_response({"fields": form.fields, "files": files})
+
+    async def forgetful(self, request: Request, ctx: Context) -> Response:
+        """A route that never closes its form: the files go when the form does, at the end of the request."""
+        form = await read_upload_form(request, max_bytes=LIMIT, files={"file": AUDIO_TYPES}, kinds={})
+        upload = form.file("file")
+        assert upload is not None and upload.path.exists() and upload.path.parent == self.dir
+        return json_response({"path": str(upload.path)})
 
     @property
     def url(self) -> str:
@@ -131,8 +147,10 @@ async def test_a_file_in_many_small_pieces(http: httpx.AsyncClient, app: UploadA
     async def body() -> AsyncIterator[bytes]:
         raw = (b"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.mp3\"\r\n"
                b"Content-Type: audio/mpeg\r\n\r\n" + mp3 + b"\r\n--B--\r\n")  # fmt: skip
-        for i in range(0, len(raw), 7):  # the type check sees the head across several pieces
+        for i in range(0, 406, 7):  # headers and the file's head across many pieces, then the rest
             yield raw[i : i + 7]
+        for i in range(406, len(raw), 8192):
+            yield raw[i : i + 8192]
 
     r = await http.post(app.url, content=body(), headers={"content-type": "multipart/form-data; boundary=B"})
     assert r.status_code == 200, r.text
@@ -191,3 +209,9 @@ async def test_the_limit_is_enforced_while_the_body_streams(http: httpx.AsyncCli
     r = await http.post(app.url, content=body(), headers={"content-type": "multipart/form-data; boundary=B"})
     _error(r, 413, "request_too_large")
     assert app.refused_at and finished and app.refused_at[0] < finished[0] - 1.0
+
+
+async def test_a_form_nobody_closed_is_cleaned_up_after_the_request(http: httpx.AsyncClient, app: UploadApp) -> None:
+    r = await http.post(app.url.replace("/upload", "/forgetful"), files={"file": ("a.wav", WAV, "audio/wav")})
+    assert r.status_code == 200, r.text
+    assert not await asyncio.to_thread(os.path.exists, r.json()["path"])
