@@ -3,11 +3,19 @@ results in a real S3 server, Replicate's predictions), and the adapters of each,
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import boto3
+import httpx
 import pytest
 
 from inferplex.config import DeploymentConfig, ModelConfig, ProviderConfig
@@ -19,21 +27,84 @@ from inferplex.targets import Target
 from tests.fakes.bedrock_videos_upstream import FakeBedrockVideos
 from tests.fakes.gemini_videos_upstream import FakeGeminiVideos
 from tests.fakes.tasks_upstream import FakeReplicate
-from tests.media.storage.conftest import moto_url, s3_client  # noqa: F401  (moto's S3 server, shared)
+from tests.gateway_server import free_port
 
 VEO_KEY = "gm-veo-fake"
 REPLICATE_TOKEN = "r8_fake_token"
-AWS_KEY_ID, AWS_SECRET = "AKIDVIDEOFAKE", "video-fake-secret"
 VEO = "veo-3.1-generate-preview"
 REEL = "amazon.nova-reel-v1:1"
 REPLICATE_MODEL = "google/veo-3"
+_SETUP_CALLS = 3  # the unauthenticated calls that make the IAM user (create_user, create_access_key, put_user_policy)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _aws_env() -> Iterator[None]:
+@dataclass(frozen=True)
+class S3Server:
+    """moto's server with authentication on: every S3 call is checked (SigV4 recomputed from the secret) against
+    an IAM user's access key, the deployment's AWS credentials. `bucket` is where Bedrock writes videos."""
+
+    url: str
+    key_id: str
+    secret: str
+    bucket: str
+
+    def client(self, secret: str | None = None) -> Any:
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id=self.key_id,
+            aws_secret_access_key=secret or self.secret,
+        )
+
+
+def _iam_user(url: str) -> tuple[str, str]:
+    iam = boto3.client(
+        "iam", endpoint_url=url, region_name="us-east-1", aws_access_key_id="setup", aws_secret_access_key="setup"
+    )
+    iam.create_user(UserName="gateway")
+    key = iam.create_access_key(UserName="gateway")["AccessKey"]
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    iam.put_user_policy(UserName="gateway", PolicyName="s3", PolicyDocument=json.dumps(policy))
+    return key["AccessKeyId"], key["SecretAccessKey"]
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """moto's S3 server (`moto.server`, a process of its own) with IAM authentication enforced."""
+    port = free_port()
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_CALLS)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, "moto exited"
+        try:
+            httpx.get(url + "/moto-api/", timeout=1)
+            break
+        except httpx.HTTPError:
+            assert time.monotonic() < deadline, "moto's server did not start"
+            time.sleep(0.1)
+    try:
+        key_id, secret = _iam_user(url)
+        server = S3Server(url, key_id, secret, "reel-" + secrets.token_hex(6))
+        server.client().create_bucket(Bucket=server.bucket)
+        yield server
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def aws_env(s3: S3Server) -> Iterator[None]:
+    """The deployment's credentials, as botocore's chain finds them: the IAM user's key."""
     mp = pytest.MonkeyPatch()
-    mp.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
-    mp.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    mp.setenv("AWS_ACCESS_KEY_ID", s3.key_id)
+    mp.setenv("AWS_SECRET_ACCESS_KEY", s3.secret)
     mp.delenv("AWS_SESSION_TOKEN", raising=False)
     mp.delenv("AWS_PROFILE", raising=False)
     mp.setenv("IPX_TEST_VEO_KEY", VEO_KEY)
@@ -50,15 +121,9 @@ def fake_veo() -> Iterator[FakeGeminiVideos]:
 
 
 @pytest.fixture(scope="session")
-def video_bucket(moto_url: str) -> str:  # noqa: F811
-    name = "reel-" + secrets.token_hex(6)
-    s3_client(moto_url).create_bucket(Bucket=name)
-    return name
-
-
-@pytest.fixture(scope="session")
-def fake_reel(moto_url: str, _aws_env: None) -> Iterator[FakeBedrockVideos]:  # noqa: F811
-    fake = FakeBedrockVideos(s3_client(moto_url), AWS_KEY_ID, AWS_SECRET, "us-east-1", steps=2).start()
+def fake_reel(s3: S3Server) -> Iterator[FakeBedrockVideos]:
+    """Bedrock checks the same key's signatures, and writes the videos with it (as its service role would)."""
+    fake = FakeBedrockVideos(s3.client(), s3.key_id, s3.secret, "us-east-1", steps=2).start()
     yield fake
     fake.stop()
 
@@ -71,7 +136,7 @@ def fake_replicate() -> Iterator[FakeReplicate]:
 
 
 def providers(
-    veo: FakeGeminiVideos, reel: FakeBedrockVideos, replicate: FakeReplicate, moto: str, bucket: str
+    veo: FakeGeminiVideos, reel: FakeBedrockVideos, replicate: FakeReplicate, s3: S3Server
 ) -> list[dict[str, Any]]:
     """The three providers, as a gateway config's `providers:` section."""
     return [
@@ -80,7 +145,7 @@ def providers(
             "name": "reel",
             "kind": "bedrock",
             "base_url": reel.url,
-            "options": {"region": "us-east-1", "output_s3_uri": f"s3://{bucket}/reel", "s3_endpoint_url": moto},
+            "options": {"region": "us-east-1", "output_s3_uri": f"s3://{s3.bucket}/reel", "s3_endpoint_url": s3.url},
         },
         {
             "name": "rep",
@@ -96,13 +161,10 @@ def provider_configs(
     fake_veo: FakeGeminiVideos,
     fake_reel: FakeBedrockVideos,
     fake_replicate: FakeReplicate,
-    moto_url: str,  # noqa: F811
-    video_bucket: str,
+    s3: S3Server,
+    aws_env: None,
 ) -> dict[str, ProviderConfig]:
-    return {
-        p["name"]: ProviderConfig.model_validate(p)
-        for p in providers(fake_veo, fake_reel, fake_replicate, moto_url, video_bucket)
-    }
+    return {p["name"]: ProviderConfig.model_validate(p) for p in providers(fake_veo, fake_reel, fake_replicate, s3)}
 
 
 class Built:

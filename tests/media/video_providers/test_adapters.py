@@ -20,8 +20,7 @@ from tests.fakes import tasks_upstream as rep_fake
 from tests.fakes.bedrock_videos_upstream import FakeBedrockVideos
 from tests.fakes.gemini_videos_upstream import FakeGeminiVideos, mp4
 from tests.fakes.tasks_upstream import FakeReplicate
-from tests.media.storage.conftest import s3_client
-from tests.media.video_providers.conftest import REEL, REPLICATE_MODEL, VEO
+from tests.media.video_providers.conftest import REEL, REPLICATE_MODEL, VEO, S3Server
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
@@ -146,20 +145,18 @@ async def test_veo_sends_a_data_url_reference(build: Any, fake_veo: FakeGeminiVi
 # --- Nova Reel (Bedrock async invocation, results in S3) ---
 
 
-async def test_reel_job_from_submit_to_video_in_s3(
-    build: Any, fake_reel: FakeBedrockVideos, moto_url: str, video_bucket: str
-) -> None:
+async def test_reel_job_from_submit_to_video_in_s3(build: Any, fake_reel: FakeBedrockVideos, s3: S3Server) -> None:
     reel = build("reel", REEL)
     job = await reel.submit(prompt="waves on a beach", seconds="6", size="1280x720")
     assert job.upstream_id.startswith("arn:aws:bedrock:us-east-1:123456789012:async-invoke/")
     sent = fake_reel.last("/async-invoke")
-    assert (header(sent, "Authorization") or "").startswith("AWS4-HMAC-SHA256 Credential=AKIDVIDEOFAKE/")
-    assert sent.body["outputDataConfig"] == {"s3OutputDataConfig": {"s3Uri": f"s3://{video_bucket}/reel"}}
+    assert (header(sent, "Authorization") or "").startswith(f"AWS4-HMAC-SHA256 Credential={s3.key_id}/")
+    assert sent.body["outputDataConfig"] == {"s3OutputDataConfig": {"s3Uri": f"s3://{s3.bucket}/reel"}}
     assert sent.body["modelInput"]["taskType"] == "TEXT_VIDEO"
     seen = await poll_until_done(reel, job)
     assert seen == [JobStatus("in_progress", 0), JobStatus("completed", 100, seconds=6, size="1280x720")]
     invocation = job.upstream_id.rsplit("/", 1)[1]
-    stored = s3_client(moto_url).get_object(Bucket=video_bucket, Key=f"reel/{invocation}/output.mp4")["Body"].read()
+    stored = s3.client().get_object(Bucket=s3.bucket, Key=f"reel/{invocation}/output.mp4")["Body"].read()
     assert stored == mp4("waves on a beach")
     assert await reel.content(job) == stored
 
@@ -211,6 +208,22 @@ async def test_reel_with_a_bedrock_api_key(build: Any, fake_reel: FakeBedrockVid
     assert header(fake_reel.last("/async-invoke"), "Authorization") == "Bearer " + fake_reel.api_key
     assert (await poll_until_done(reel, job))[-1].status == "completed"
     assert await reel.content(job) == mp4("a fox")  # S3 is read with the deployment's AWS credentials
+
+
+async def test_reel_reads_s3_with_the_deployments_credentials(
+    build: Any, fake_reel: FakeBedrockVideos, s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bedrock is reached with its API key, S3 with the AWS credentials the chain finds: the wrong secret is
+    refused by S3's own signature check, and the gateway says so without a video."""
+    from pydantic import SecretStr
+
+    reel = build("reel", REEL, api_key=SecretStr(fake_reel.api_key))
+    job = await reel.submit(prompt="a fox", seconds="6", size="1280x720")
+    assert (await poll_until_done(reel, job))[-1].status == "completed"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    wrong = build("reel", REEL, api_key=SecretStr(fake_reel.api_key))
+    with pytest.raises(GatewayError, match="SignatureDoesNotMatch"):
+        await wrong.content(job)
 
 
 # --- Replicate (predictions) ---

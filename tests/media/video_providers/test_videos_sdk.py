@@ -21,7 +21,7 @@ from tests.fakes.bedrock_videos_upstream import FakeBedrockVideos
 from tests.fakes.gemini_videos_upstream import FakeGeminiVideos, mp4
 from tests.fakes.tasks_upstream import FakeReplicate
 from tests.gateway_server import GatewayServer
-from tests.media.video_providers.conftest import REEL, REPLICATE_MODEL, VEO, providers
+from tests.media.video_providers.conftest import REEL, REPLICATE_MODEL, VEO, S3Server, providers
 from tests.media.videos.conftest import balance, new_key, wait_for
 
 pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")
@@ -46,14 +46,14 @@ def server(
     fake_veo: FakeGeminiVideos,
     fake_reel: FakeBedrockVideos,
     fake_replicate: FakeReplicate,
-    moto_url: str,
-    video_bucket: str,
+    s3: S3Server,
+    aws_env: None,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[GatewayServer]:
     data: Path = tmp_path_factory.mktemp("video-providers")
     config = {
         "server": {"data_dir": str(data)},
-        "providers": providers(fake_veo, fake_reel, fake_replicate, moto_url, video_bucket),
+        "providers": providers(fake_veo, fake_reel, fake_replicate, s3),
         "models": [
             model("veo-clip", "veo", VEO),
             model("reel-clip", "reel", REEL),
