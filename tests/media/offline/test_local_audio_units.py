@@ -247,6 +247,34 @@ def test_bundled_specs_resolve_and_bad_options_refuse_to_start(tmp_path: Path) -
         transcribe_spec("local", "mine", {"path": str(tmp_path)})
 
 
+def test_the_local_provider_serves_audio_models_beside_chat_and_embeddings() -> None:
+    from inferplex.config import parse_config
+    from inferplex.defaults import DEFAULT_CONFIG
+    from inferplex.providers import local
+
+    heard = transcribe_spec("local", "whisper-tiny-en", {})
+    assert heard is not None
+    config = parse_config(
+        {
+            **DEFAULT_CONFIG,
+            "providers": [
+                {
+                    "name": "local",
+                    "kind": "local",
+                    "options": {"models": {"my-whisper": {"path": str(heard.directory)}}},
+                }
+            ],
+        }
+    )
+    provider = local.create(config.providers[0], types.SimpleNamespace(config=config))
+    assert set(provider._speech) == {"hibari-tts"}
+    assert set(provider._transcribe) == {"whisper-tiny-en", "my-whisper"}  # any CTranslate2 Whisper by path
+    assert set(provider._chat) == {"smollm2-135m-instruct"} and set(provider._embed_specs) == {"all-minilm-l6-v2"}
+    target: Any = types.SimpleNamespace(upstream_model="smollm2-135m-instruct", model=types.SimpleNamespace(name="c"))
+    with pytest.raises(InvalidRequest, match="not a speech model"):
+        provider.voices(target)
+
+
 def test_no_offered_voice_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every voice the gateway offers loads and speaks with the network refused outright."""
     import urllib.request
