@@ -84,3 +84,15 @@ def test_gemini_image_tokens_are_billed_at_the_image_output_rate(gateway: Gatewa
     # 4 text tokens at $0.3/M + 1290 image tokens at $30/M = 38701.2 micro-USD, rounded up once
     assert raw.headers["x-inferplex-cost-micros"] == "38702"
     assert admin.balance(key["account_id"]) == 1_000_000 - 38702
+
+
+def test_the_most_specific_image_price_wins(gateway: GatewayServer, admin: Admin) -> None:
+    # titan: {"standard": 0.008, "hd": 0.01, "1024x1024/hd": 0.012}
+    key = admin.key(credits_micros=1_000_000)
+    with _client(gateway, key["key"]) as client:
+        hd = client.images.with_raw_response.generate(model="titan", prompt="a", n=2, size="1024x1024", quality="hd")
+        hd_small = client.images.with_raw_response.generate(model="titan", prompt="b", size="768x768", quality="hd")
+        plain = client.images.with_raw_response.generate(model="titan", prompt="c", size="768x768", quality="standard")
+    costs = [int(r.headers["x-inferplex-cost-micros"]) for r in (hd, hd_small, plain)]
+    assert costs == [24_000, 10_000, 8_000]
+    assert admin.balance(key["account_id"]) == 1_000_000 - sum(costs)

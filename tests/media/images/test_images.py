@@ -188,8 +188,9 @@ def test_bedrock_titan_nova_and_stability(client: openai.OpenAI, fakes: dict[str
     }
     assert sent.headers["Authorization"].startswith("AWS4-HMAC-SHA256 ")
     assert raw.headers["x-inferplex-dropped-params"] == "background"
-    nova = client.images.generate(model="nova-canvas", prompt="a reef", n=7, size="1280x720")
+    nova = client.images.generate(model="nova-canvas", prompt="a reef", n=7, size="1280x720", response_format="url")
     assert len(nova.data) == 7  # 5 + 2
+    assert [httpx.get(str(d.url), timeout=10).content for d in nova.data] == fake.produced[-7:]
     sd = client.images.generate(model="sd35", prompt="a moor", n=2, size="1536x1024", output_format="jpeg")
     assert len(sd.data) == 2 and fake.last("/invoke").body == {
         "prompt": "a moor", "mode": "text-to-image", "aspect_ratio": "3:2", "output_format": "jpeg"
