@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from inferplex.config import ConfigError, ProviderConfig
+from inferplex.config import ProviderConfig
 from inferplex.errors import NotFound, Unavailable
 from inferplex.families.videos import JobStatus, UpstreamJob, VideoRequest
 from inferplex.gateway_request import GatewayRequest
@@ -69,7 +69,9 @@ class BedrockVideos:
     def _output_uri(self) -> str:
         uri = self.config.options.get("output_s3_uri")
         if not isinstance(uri, str) or not uri.startswith("s3://"):
-            raise ConfigError(f"provider {self.config.name}: set options.output_s3_uri (s3://bucket/prefix) for video")
+            raise Unavailable(
+                f"provider {self.config.name} is not set up for video: set options.output_s3_uri (s3://bucket/prefix)"
+            )
         return uri.rstrip("/")
 
     async def video_submit(self, request: GatewayRequest[VideoRequest], target: Target, info: CallInfo) -> UpstreamJob:
@@ -130,7 +132,7 @@ class BedrockVideos:
             from aiobotocore.session import get_session
             from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]
         except ImportError:
-            raise ConfigError(
+            raise Unavailable(
                 f"provider {self.config.name}: Bedrock video needs aiobotocore: pip install 'inferplex[s3]'"
             ) from None
         creds = self._aws_credentials().get_frozen_credentials()

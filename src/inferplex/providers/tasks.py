@@ -21,7 +21,7 @@ import aiohttp
 from yarl import URL
 
 from inferplex.config import ConfigError, ProviderConfig
-from inferplex.errors import NotFound
+from inferplex.errors import NotFound, Unavailable
 from inferplex.families.videos import JobStatus, UpstreamJob, VideoRequest
 from inferplex.gateway_request import GatewayRequest
 from inferplex.providers import video_jobs
@@ -57,7 +57,7 @@ class Replicate:
         try:
             path, _ = tr.endpoint(target.upstream_model)
         except ValueError as exc:
-            raise ConfigError(f"provider {self.config.name}: {exc}") from exc
+            raise Unavailable(f"provider {self.config.name} cannot run deployment {target.key}: {exc}") from exc
         body = tr.build_request(request.body, target.upstream_model, link)
         data = await video_jobs.request_json(
             target, info.timeouts, self._session, "POST", self._base + path, self._headers, self.errors, body

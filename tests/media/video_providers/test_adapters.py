@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from inferplex.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
+from inferplex.errors import GatewayError, InvalidRequest, NotFound, Unavailable, UpstreamError
 from inferplex.families.videos import JobStatus, ReferenceFile, VideoAdapter, VideoRequest
 from inferplex.gateway_request import GatewayRequest
 from inferplex.providers.base import CallInfo
@@ -290,4 +290,13 @@ async def test_replicate_with_a_wrong_token_is_refused_upstream(build: Any) -> N
 
     rep = build("rep", REPLICATE_MODEL, api_key=SecretStr("r8_wrong"))
     with pytest.raises(UpstreamError, match="You did not pass a valid authentication token"):
+        await rep.submit(prompt="a fox")
+
+
+async def test_a_deployment_the_provider_cannot_run_is_unavailable_not_a_crash(build: Any) -> None:
+    reel = build("reel", REEL, options={"region": "us-east-1"})  # no output_s3_uri
+    with pytest.raises(Unavailable, match=r"set options\.output_s3_uri"):
+        await reel.submit(prompt="a fox", seconds="6", size="1280x720")
+    rep = build("rep", "veo-3")  # not owner/name
+    with pytest.raises(Unavailable, match="not a Replicate model"):
         await rep.submit(prompt="a fox")
