@@ -166,7 +166,8 @@ def _data_url(url: str) -> Image:
 
 async def reference_image(request: VideoRequest, *, links: bool = False) -> Image | None:
     """The request's reference image: the uploaded file (read from its spool), a data URL, or a link when the
-    provider fetches links itself (`links`). A gateway file id is resolved by the gateway before it gets here."""
+    provider fetches links itself (`links`). A `file_id` reference is a 400: no provider here can read an
+    OpenAI file id, and the gateway does not resolve one."""
     if request.reference is not None:
         ref = request.reference
         data = await asyncio.to_thread(Path(ref.path).read_bytes)
@@ -176,7 +177,8 @@ async def reference_image(request: VideoRequest, *, links: bool = False) -> Imag
         return None
     if ref_obj.image_url is None:
         raise InvalidRequest(
-            "input_reference.file_id is not supported for this model: upload the image", param="input_reference"
+            "input_reference.file_id is not supported for this model: upload the image, or give it as a data URL",
+            param="input_reference",
         )
     if ref_obj.image_url.startswith("data:"):
         return _data_url(ref_obj.image_url)

@@ -140,6 +140,10 @@ async def test_veo_sends_a_data_url_reference(build: Any, fake_veo: FakeGeminiVi
     with pytest.raises(InvalidRequest) as err:
         await veo.submit(prompt="x", input_reference={"image_url": "https://example.com/a.png"})
     assert err.value.param == "input_reference"
+    for bad in ({"file_id": "file-abc"}, {"image_url": "data:image/png;base64,%%%"}):
+        with pytest.raises(InvalidRequest) as err:
+            await veo.submit(prompt="x", input_reference=bad)
+        assert err.value.param == "input_reference"
 
 
 # --- Nova Reel (Bedrock async invocation, results in S3) ---
