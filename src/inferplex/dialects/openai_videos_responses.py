@@ -3,7 +3,9 @@ VideoListResource, DeletedVideoResource)."""
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal
+
+from typing_extensions import TypedDict
 
 
 class VideoError(TypedDict):

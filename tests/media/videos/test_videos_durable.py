@@ -79,7 +79,9 @@ def test_two_replicas_on_postgresql_never_poll_one_job_at_once(sora: FakeSora, t
     """Each status call takes 150 ms and both replicas look for due jobs every 20 ms: were a job ever claimed
     by both, the fake would see two calls on it at once. Each job is settled exactly once."""
     sora.polls_needed, sora.status_delay_s = 4, 0.15
-    config = video_config(sora, tmp_path, pg_url, tick_s=0.02, poll_initial_s=0.01, poll_max_s=0.03, lease_s=5)
+    config = video_config(
+        sora, tmp_path, pg_url, tick_s=0.02, poll_initial_s=0.01, poll_max_s=0.03, lease_s=5, max_concurrent_per_key=50
+    )
     path = write_config(config, tmp_path / "config.yaml")
     with serving(path, 2) as urls:
         admin = Admin(urls[0], MASTER)
