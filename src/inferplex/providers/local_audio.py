@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import io
 import math
+import threading
 import wave
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from time import perf_counter
@@ -178,6 +179,13 @@ def resample(samples: F32, rate: int, target: int) -> F32:
     return Resampler(rate, target).feed(samples, last=True)
 
 
+def _as_gateway_error(name: str, exc: BaseException) -> BaseException:
+    """The gateway's own errors as they are; the runtime's (onnxruntime, CTranslate2) the provider's: a 502."""
+    if isinstance(exc, GatewayError) or not isinstance(exc, Exception):
+        return exc
+    return UpstreamError(f"The local model {name} failed: {exc}")
+
+
 class ModelPool(Generic[M]):
     """One bundled model in `parallel` worker threads: lazily loaded (one instance per slot), fairly queued."""
 
@@ -191,6 +199,45 @@ class ModelPool(Generic[M]):
 
     async def run(self, work: Callable[[M], T]) -> tuple[T, float]:
         """`work(model)` in a worker thread; its result and the milliseconds spent waiting for a slot."""
+        future, queued = await self._start(work)
+        try:
+            result = await asyncio.shield(future)
+        except Exception as exc:
+            raise _as_gateway_error(self.name, exc) from None
+        return result, queued
+
+    async def stream(self, produce: Callable[[M], Iterator[T]]) -> tuple[AsyncIterator[T], float]:
+        """`produce(model)`'s items as they come, from a worker thread, and the ms spent waiting for a slot.
+        The slot is held until the items run out; a consumer that stops early stops the worker at its next
+        item (the `aclose` of an abandoned async generator)."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[T] | None] = asyncio.Queue()
+        stop = threading.Event()
+
+        def work(model: M) -> None:
+            for item in produce(model):
+                if stop.is_set():
+                    return
+                loop.call_soon_threadsafe(queue.put_nowait, (item,))
+
+        future, queued = await self._start(work)
+        future.add_done_callback(lambda _: queue.put_nowait(None))  # after every item: callbacks run in order
+
+        async def items() -> AsyncIterator[T]:
+            try:
+                while (got := await queue.get()) is not None:
+                    yield got[0]
+                failure = future.exception()
+                if failure is not None:
+                    raise _as_gateway_error(self.name, failure)
+            finally:
+                stop.set()
+
+        return items(), queued
+
+    async def _start(self, work: Callable[[M], T]) -> tuple[asyncio.Future[T], float]:
+        """Wait for a slot, then start `work` on an idle (or newly loaded) model; the slot and the model come
+        back when the work ends, whatever happens."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._parallel)
         slots = self._slots
@@ -198,36 +245,27 @@ class ModelPool(Generic[M]):
         start = perf_counter()
         await slots.acquire()
         queued = (perf_counter() - start) * 1000 if busy else 0.0
-        loop = asyncio.get_running_loop()
         model = self._idle.pop() if self._idle else None
+        used: list[M] = []
 
-        def job() -> tuple[M, T]:
+        def job() -> T:
             loaded = model if model is not None else self._loaded()
-            return loaded, work(loaded)
+            used.append(loaded)
+            return work(loaded)
+
+        def release(_: object) -> None:
+            self._idle.extend(used)
+            slots.release()
 
         try:
-            future = loop.run_in_executor(self._executor, job)
+            future = asyncio.get_running_loop().run_in_executor(self._executor, job)
         except BaseException:
             if model is not None:
                 self._idle.append(model)
             slots.release()
             raise
-
-        def release(done: asyncio.Future[tuple[M, T]]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                self._idle.append(done.result()[0])
-            elif model is not None:
-                self._idle.append(model)
-            slots.release()
-
         future.add_done_callback(release)
-        try:
-            _, result = await asyncio.shield(future)
-        except GatewayError:
-            raise
-        except Exception as exc:  # the runtime's own failure (onnxruntime, CTranslate2): the provider's, a 502
-            raise UpstreamError(f"The local model {self.name} failed: {exc}") from None
-        return result, queued
+        return future, queued
 
     def _loaded(self) -> M:
         try:

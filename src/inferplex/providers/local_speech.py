@@ -15,13 +15,16 @@ Configuration, under the `local` provider's `options.models` (all optional):
 
 `speed` is honoured between 0.5 and 2.0 (the model's range; outside it a 400 says so); `instructions`
 cannot steer this model and is dropped and named in the response headers, as any dropped parameter is.
+`pcm` (headerless) is streamed a sentence at a time, each as soon as it is synthesized, so the first audio
+of a long text comes after its first sentence; the other formats are encoded whole (a WAV header holds the
+length, and a compressed file is one encoder run), then sent in chunks.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +33,7 @@ import numpy as np
 
 from inferplex.config import ConfigError
 from inferplex.errors import InvalidRequest
-from inferplex.families.speech import Speech, SpeechRequest
+from inferplex.families.speech import CONTENT_TYPES, Speech, SpeechRequest
 from inferplex.providers.local_audio import F32, ModelPool, check_format, encode
 
 if TYPE_CHECKING:
@@ -106,10 +109,27 @@ class Synthesizer:
         samples: F32 = self.tts(text, speed=speed, seed=0)
         return samples.astype(np.float32, copy=False)
 
+    def sentences(self, text: str, speed: float) -> Iterator[F32]:
+        """The same audio as `speak`, a sentence at a time, each as soon as it is synthesized."""
+        for part in self.tts.stream(text, speed=speed, seed=0):
+            if part.size:
+                yield part.astype(np.float32, copy=False)
+
 
 async def _chunks(data: bytes) -> AsyncIterator[bytes]:
     for start in range(0, len(data), CHUNK):
         yield data[start : start + CHUNK]
+
+
+async def _then(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        yield first
+        async for part in rest:
+            yield part
+    finally:
+        close = getattr(rest, "aclose", None)
+        if close is not None:
+            await close()
 
 
 class LocalSpeech:
@@ -156,14 +176,31 @@ class LocalSpeech:
         if body.instructions:
             info.dropped_params = [*info.dropped_params, "instructions"]
 
+        silent = InvalidRequest(f"{target.model.name} found nothing it can pronounce in the input.", param="input")
+        if response_format == "pcm":  # headerless: streamed a sentence at a time, as each is synthesized
+            return await self._stream_pcm(spec, voice, body.input, body.speed, silent, info)
+
         def work(model: Synthesizer) -> tuple[bytes, str]:
             samples = model.speak(body.input, body.speed)
             if samples.size == 0:
-                raise InvalidRequest(f"{target.model.name} found nothing it can pronounce in the input.", param="input")
+                raise silent
             return encode(samples, model.rate, response_format)
 
         (data, content_type), info.queued_ms = await self._pool(spec, voice).run(work)
         return Speech(content_type=content_type, audio=_chunks(data), format=response_format)
+
+    async def _stream_pcm(
+        self, spec: SpeechSpec, voice: str, text: str, speed: float, silent: InvalidRequest, info: CallInfo
+    ) -> Speech:
+        def produce(model: Synthesizer) -> Iterator[bytes]:
+            for part in model.sentences(text, speed):
+                yield encode(part, model.rate, "pcm")[0]
+
+        parts, info.queued_ms = await self._pool(spec, voice).stream(produce)
+        first = await anext(parts, None)  # before answering: a failure is still an error status, not a cut stream
+        if first is None:
+            raise silent
+        return Speech(content_type=CONTENT_TYPES["pcm"], audio=_then(first, parts), format="pcm")
 
     async def close_speech(self) -> None:
         for pool in getattr(self, "_voice_pools", {}).values():

@@ -291,6 +291,40 @@ def test_no_offered_voice_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
         assert audio.size > RATE // 4
 
 
+def test_pcm_is_streamed_a_sentence_at_a_time() -> None:
+    from inferplex.families.speech import SpeechRequest
+    from inferplex.providers.base import CallInfo
+
+    provider = local_speech.LocalSpeech()
+    spec = local_speech.speech_spec("local", "hibari-tts", {})
+    assert spec is not None
+    provider.serve_speech({"hibari-tts": spec})
+    target: Any = types.SimpleNamespace(upstream_model="hibari-tts", model=types.SimpleNamespace(name="tts"))
+    text = "One sentence here. Another one follows. And a third."
+
+    def request(fmt: str) -> Any:
+        body = SpeechRequest.model_validate({"model": "tts", "input": text, "voice": "heart", "response_format": fmt})
+        return types.SimpleNamespace(body=body)
+
+    async def main() -> tuple[list[bytes], bytes, bytes]:
+        streamed = await provider.speak(request("pcm"), target, CallInfo())
+        parts = [p async for p in streamed.audio]
+        whole = await provider.speak(request("wav"), target, CallInfo())
+        wav = b"".join([p async for p in whole.audio])
+        # a caller who leaves after the first sentence frees the slot: the next request is not stuck behind it
+        left = await provider.speak(request("pcm"), target, CallInfo())
+        first = await anext(left.audio)
+        await left.aclose()
+        again = await asyncio.wait_for(provider.speak(request("wav"), target, CallInfo()), 30)
+        assert b"".join([p async for p in again.audio]) == wav
+        await provider.close_speech()
+        return parts, wav, first
+
+    parts, wav, first = asyncio.run(main())
+    assert len(parts) == 3 and first == parts[0]  # one chunk per sentence
+    assert b"".join(parts) == wav[44:]  # the same samples as the whole WAV
+
+
 def test_speech_request_checks_come_before_the_model() -> None:
     from inferplex.families.speech import SpeechRequest
     from inferplex.providers.base import CallInfo

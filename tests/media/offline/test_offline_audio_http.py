@@ -7,7 +7,9 @@ by the bundled Whisper tiny.en gives the same words, in every audio format both 
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import re
 import wave
 from collections.abc import Iterator
@@ -72,6 +74,17 @@ def test_pcm_is_raw_24_khz_16_bit(client: openai.OpenAI, fox_wav: bytes) -> None
     spoken = client.audio.speech.create(model=TTS, voice="heart", input=FOX, response_format="pcm")
     assert spoken.response.headers["content-type"] == "audio/pcm"
     assert spoken.content == fox_wav[44:]  # the same samples as the WAV, without its 44-byte header
+
+
+def test_sse_carries_the_same_pcm_a_sentence_at_a_time(gateway: GatewayServer, client: openai.OpenAI) -> None:
+    wav = client.audio.speech.create(model=TTS, voice="heart", input=TWO, response_format="wav").content
+    body = {"model": TTS, "voice": "heart", "input": TWO, "response_format": "pcm", "stream_format": "sse"}
+    with httpx.stream("POST", gateway.base_url + "/audio/speech", headers=gateway.auth, json=body, timeout=60) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 2 and events[-1]["type"] == "speech.audio.done"
+    assert b"".join(base64.b64decode(e["audio"]) for e in deltas) == wav[44:]
 
 
 def test_same_text_same_audio(client: openai.OpenAI, fox_wav: bytes) -> None:
