@@ -276,3 +276,86 @@ class FakeOpenAIImages(FakeServer):
         if data is None or request.query.get("sig") != "azure-sas" or "Authorization" in request.headers:
             return web.Response(status=403, text="AuthenticationFailed")
         return web.Response(body=data, content_type="image/png")
+
+
+TOGETHER_PARAMS = {"model", "prompt", "width", "height", "n", "steps", "seed", "negative_prompt", "response_format",
+                   "output_format", "image_url", "disable_safety_checker"}  # fmt: skip
+FIREWORKS_PARAMS = {"prompt", "aspect_ratio", "guidance_scale", "num_inference_steps", "seed"}
+FIREWORKS_RATIOS = {"1:1", "21:9", "16:9", "3:2", "5:4", "4:5", "2:3", "9:16", "9:21", "4:3", "3:4"}
+
+
+class FakeVendorImages(FakeServer):
+    """Together's `/v1/images/generations` (`width`/`height`, not `size`; answers URLs by default) and
+    Fireworks' FLUX workflow `/inference/v1/workflows/accounts/fireworks/models/{model}/text_to_image`
+    (`prompt`, `aspect_ratio`; answers the image's bytes in the type `Accept` asks for), each refusing any
+    other parameter with its 400."""
+
+    def __init__(self, api_key: str = "sk-fake-vendor") -> None:
+        super().__init__(name="vendor-images")
+        self.api_key = api_key
+        self.produced: list[bytes] = []
+        self.files: dict[str, bytes] = {}
+
+    def routes(self) -> list[web.RouteDef]:
+        return [
+            web.post("/v1/images/generations", self.together),
+            web.post("/inference/v1/workflows/accounts/fireworks/models/{model}/text_to_image", self.fireworks),
+            web.get("/imgproxy/{name}", self.file),
+        ]
+
+    def _image(self, seed: str) -> bytes:
+        data = png(f"{seed}#{len(self.produced)}".encode())
+        self.produced.append(data)
+        return data
+
+    async def together(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        self.record(request, body)
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response(
+                {"error": {"message": "Invalid API key provided", "type": "invalid_api_key"}}, status=401
+            )
+        for key in body:
+            if key not in TOGETHER_PARAMS:
+                message = f"Unrecognized request argument supplied: {key}"
+                return web.json_response({"error": {"message": message, "type": "invalid_request_error"}}, status=400)
+        width, height = body.get("width", 1024), body.get("height", 768)
+        if width % 8 or height % 8 or not (64 <= width <= 1792 and 64 <= height <= 1792):
+            message = "width and height must be multiples of 8 between 64 and 1792"
+            return web.json_response({"error": {"message": message, "type": "invalid_request_error"}}, status=400)
+        data = []
+        for i in range(int(body.get("n", 1))):
+            image = self._image(body["prompt"])
+            name = f"t-{len(self.files)}.png"
+            self.files[name] = image
+            data.append({"index": i, "url": f"http://localhost:{self.port}/imgproxy/{name}"})
+        return web.json_response({"id": "tg-1", "model": body["model"], "object": "list", "data": data})
+
+    async def fireworks(self, request: web.Request) -> web.Response:
+        body = orjson.loads(await request.read())
+        self.record(request, body)
+        if request.headers.get("Authorization") != f"Bearer {self.api_key}":
+            return web.json_response(
+                {"error": {"object": "error", "type": "unauthorized", "message": "unauthorized"}}, status=401
+            )
+        for key in body:
+            if key not in FIREWORKS_PARAMS:
+                return _fireworks_error(f"Extra inputs are not permitted: {key}")
+        if body.get("aspect_ratio", "16:9") not in FIREWORKS_RATIOS:
+            return _fireworks_error("invalid aspect_ratio")
+        accept = request.headers.get("Accept", "")
+        if accept not in ("image/png", "image/jpeg"):
+            return web.json_response({"error": {"message": "Accept must be image/jpeg or image/png"}}, status=400)
+        return web.Response(body=self._image(body["prompt"]), content_type=accept)
+
+    async def file(self, request: web.Request) -> web.Response:
+        data = self.files.get(request.match_info["name"])
+        if data is None or "Authorization" in request.headers:
+            return web.Response(status=403)
+        return web.Response(body=data, content_type="image/png")
+
+
+def _fireworks_error(message: str) -> web.Response:
+    return web.json_response(
+        {"error": {"object": "error", "type": "invalid_request_error", "message": message}}, status=400
+    )

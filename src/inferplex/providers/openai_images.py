@@ -7,14 +7,20 @@ forwarded: an upstream that answers with a URL (dall-e's default) has it fetched
 caller never sees it. What each OpenAI model cannot do is in `MODEL_CAPS` (by the upstream model id's prefix):
 dall-e-3 makes one image per call (`n` is emulated by several calls), dall-e has no `background`,
 `output_format`, `moderation` or streaming, the GPT image models no `style`; other models are forwarded as sent.
+
+Vendor profiles: Together's endpoint takes `width`/`height` for `size` and none of OpenAI's own options;
+Fireworks serves FLUX through its workflow API (`POST {base}/workflows/{model}/text_to_image`, `prompt` and
+`aspect_ratio`, the image's bytes back), one image a call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import secrets
 import time
 from collections.abc import Callable, Coroutine, Mapping
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -23,6 +29,7 @@ from yarl import URL
 
 from inferplex.capabilities import Support
 from inferplex.config import ProviderConfig, Timeouts
+from inferplex.errors import InvalidRequest
 from inferplex.families.images import (
     ImageCaps,
     ImageEditRequest,
@@ -58,9 +65,14 @@ _OWN = ("response_format", "stream", "partial_images")
 MAX_IMAGE_BYTES = 64 * 1024 * 1024
 
 
+# Fireworks' FLUX workflows (`/workflows/{model}/text_to_image`): one image a call, an aspect ratio.
+FIREWORKS = ImageCaps({**TOGETHER.support, "output_compression": D}, max_n=1)
+FIREWORKS_RATIOS = ("1:1", "21:9", "16:9", "3:2", "5:4", "4:5", "2:3", "9:16", "9:21", "4:3", "3:4")
+
+
 def caps_for(upstream_model: str, vendor: str = "openai") -> ImageCaps:
-    if vendor == "together":
-        return TOGETHER
+    if vendor in ("together", "fireworks"):
+        return TOGETHER if vendor == "together" else FIREWORKS
     for prefix, caps in MODEL_CAPS.items():
         if upstream_model.startswith(prefix):
             return caps
@@ -89,6 +101,8 @@ class OpenAIImages:
         self, request: GatewayRequest[ImageRequest], target: Target, info: CallInfo
     ) -> ImagesAnswer:
         plan = plan_images(request, caps_for(target.upstream_model, self.profile.name), target, info)
+        if self.profile.name == "fireworks":
+            return await _fan_out(plan.counts, lambda n: self._workflow(plan.request.body, target, info))
         url, timeouts = self._image_url("generations"), info.timeouts
 
         def one(n: int) -> Coroutine[Any, Any, ImagesAnswer]:
@@ -191,6 +205,30 @@ class OpenAIImages:
         answer["partials"] = partials
         return answer
 
+    async def _workflow(self, body: ImageRequest, target: Target, info: CallInfo) -> ImagesAnswer:
+        """One image from a Fireworks FLUX workflow: `{prompt, aspect_ratio}` in, the image's bytes out."""
+        base = self._chat_url.with_query(None).parent.parent
+        url = base.with_path(f"{base.path.rstrip('/')}/workflows/{target.upstream_model}/text_to_image")
+        payload: dict[str, Any] = {"prompt": body.prompt}
+        ratio = _ratio(body.size, FIREWORKS_RATIOS)
+        if ratio is not None:
+            payload["aspect_ratio"] = ratio
+        fmt = "jpeg" if body.output_format == "jpeg" else "png"
+        headers = {**self._auth(self._headers, info), "Accept": f"image/{fmt}"}
+        data = orjson.dumps(payload)
+        resp = await _open_bytes(target, info.timeouts, self._session, url, data, headers, self.errors)
+        try:
+            raw = await _read_capped(resp, MAX_IMAGE_BYTES, self.errors)
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self.errors.transport(exc) from exc
+        finally:
+            resp.release()
+        if not resp.content_type.startswith("image/"):
+            raise self.errors.malformed(f"answered {resp.content_type} where an image was asked for")
+        answer: ImagesAnswer = {"created": int(time.time()), "data": [{"b64_json": base64.b64encode(raw).decode()}]}
+        answer["output_format"] = fmt
+        return answer
+
     async def _answer(self, data: Any, target: Target, info: CallInfo) -> ImagesAnswer:
         """The upstream's ImagesResponse, every image inline: a URL is fetched here, never passed on."""
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
@@ -213,8 +251,6 @@ class OpenAIImages:
     async def _fetch(self, link: str, target: Target, info: CallInfo) -> str:
         """A provider's image URL read server-side (with the provider's key only on the provider's own host),
         returned as base64."""
-        import base64
-
         url = URL(link)
         if url.scheme not in ("http", "https"):
             raise self.errors.malformed("sent an image URL that is not http(s)")
@@ -243,6 +279,22 @@ def _fields(wire: Mapping[str, Any], upstream_model: str, n: int) -> dict[str, A
     if n != 1 or "n" in body:
         body["n"] = n
     return body
+
+
+def _ratio(size: str | None, ratios: tuple[str, ...]) -> str | None:
+    """A size as one of `ratios` (`W:H` reduced); None for `auto`; a 400 naming `size` for any other."""
+    if size in (None, "auto"):
+        return None
+    assert size is not None
+    w, h = (int(v) for v in size.split("x"))
+    r = Fraction(w, h)
+    ratio = f"{r.numerator}:{r.denominator}"
+    if ratio not in ratios:
+        raise InvalidRequest(
+            f"Invalid value for 'size': {size} is not an aspect ratio this model makes ({', '.join(ratios)}).",
+            param="size",
+        )
+    return ratio
 
 
 def _together(body: dict[str, Any]) -> dict[str, Any]:

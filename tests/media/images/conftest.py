@@ -14,7 +14,7 @@ import pytest
 
 from tests.fakes.bedrock_images_upstream import FakeBedrockImages
 from tests.fakes.gemini_images_upstream import FakeImagen
-from tests.fakes.openai_images_upstream import FakeOpenAIImages
+from tests.fakes.openai_images_upstream import FakeOpenAIImages, FakeVendorImages
 from tests.gateway_server import GatewayServer
 
 OPENAI_KEY, AZURE_KEY, GEMINI_KEY = "sk-fake-images", "azure-fake-images", "gemini-fake-images"
@@ -53,6 +53,7 @@ def fakes() -> Iterator[dict[str, Any]]:
         "azure": FakeOpenAIImages(AZURE_KEY, azure=True).start(),
         "imagen": FakeImagen(GEMINI_KEY).start(),
         "bedrock": FakeBedrockImages().start(),
+        "vendor": FakeVendorImages(OPENAI_KEY).start(),
     }
     yield started
     for fake in started.values():
@@ -88,6 +89,20 @@ def images_config(fakes: dict[str, Any], tmp: Path) -> dict[str, Any]:
                 "timeouts": timeouts,
             },
             {
+                "name": "together",
+                "kind": "openai",
+                "profile": "together",
+                "base_url": fakes["vendor"].url + "/v1",
+                "api_key": "env:FAKE_IMAGES_OPENAI_KEY",
+            },
+            {
+                "name": "fireworks",
+                "kind": "openai",
+                "profile": "fireworks",
+                "base_url": fakes["vendor"].url + "/inference/v1",
+                "api_key": "env:FAKE_IMAGES_OPENAI_KEY",
+            },
+            {
                 "name": "bedrock",
                 "kind": "bedrock",
                 "base_url": fakes["bedrock"].url,
@@ -109,6 +124,8 @@ def images_config(fakes: dict[str, Any], tmp: Path) -> dict[str, Any]:
                 "gemini-2.5-flash-image",
                 {"input": "0.3", "output": "2.5", "image_input": "0.3", "image_output": "30"},
             ),
+            _model("flux-together", "together", "black-forest-labs/FLUX.1-schnell", {"image": "0.003"}),
+            _model("flux-fireworks", "fireworks", "accounts/fireworks/models/flux-1-schnell-fp8", {"image": "0.0035"}),
             _model("imagen-broken", "gemini", "imagen-error-500", {"image": "0.04"}),
             _model(
                 "titan",

@@ -233,3 +233,20 @@ def test_gemini_image_model_generates_and_edits_through_generate_content(
     parts = fake.last(":generateContent").body["contents"][0]["parts"]
     assert parts[0] == {"text": "rain"} and base64.b64decode(parts[1]["inlineData"]["data"]) == PNG
     assert edited.parse().usage.input_tokens_details.image_tokens == 258  # type: ignore[union-attr]
+
+
+def test_together_and_fireworks_images(client: openai.OpenAI, fakes: dict[str, Any]) -> None:
+    fake = fakes["vendor"]
+    raw = client.images.with_raw_response.generate(
+        model="flux-together", prompt="a pier", n=2, size="1024x768", quality="high", response_format="b64_json"
+    )
+    assert [_bytes(d) for d in raw.parse().data] == fake.produced[-2:]
+    assert fake.last("/images/generations").body == {
+        "model": "black-forest-labs/FLUX.1-schnell", "prompt": "a pier", "n": 2, "width": 1024, "height": 768
+    }  # fmt: skip
+    assert raw.headers["x-inferplex-dropped-params"] == "quality"
+    result = client.images.generate(model="flux-fireworks", prompt="a mill", n=2, size="1536x1024")
+    assert [_bytes(d) for d in result.data] == fake.produced[-2:]
+    last = fake.last("/text_to_image")
+    assert last.path.endswith("/workflows/accounts/fireworks/models/flux-1-schnell-fp8/text_to_image")
+    assert last.body == {"prompt": "a mill", "aspect_ratio": "3:2"} and last.headers["Accept"] == "image/png"
