@@ -16,7 +16,7 @@ MULTI_SHOT_AUTOMATED (Nova Reel 1.1: `multiShotAutomatedParams.text` up to 4000 
 
 An invocation is InProgress for `steps` polls; on the last it becomes Completed and `output.mp4` is PUT at
 `<s3Uri>/<invocation id>/output.mp4`, or Failed with a `failureMessage` when the prompt contains `FAIL`.
-`polls` counts the polls per ARN.
+One whose prompt contains `SLOW` never ends. `polls` counts the polls per ARN.
 """
 
 from __future__ import annotations
@@ -246,7 +246,8 @@ class FakeBedrockVideos(FakeServer):
             return error(400, "ValidationException", f"Invocation ARN {arn} was not found.")
         self.polls[arn] += 1
         job = self.invocations[arn]
-        if job["status"] == "InProgress" and self.polls[arn] >= self.steps:
+        slow = "SLOW" in str(job["body"]["modelInput"])
+        if job["status"] == "InProgress" and self.polls[arn] >= self.steps and not slow:
             self._finish(arn, job)
         return web.json_response(self._described(arn, job))
 

@@ -13,7 +13,8 @@ too), unknown fields (`Unknown name`), a model it does not serve (404), duration
 1080p at other than 8 seconds on Veo 3, an image that is not base64 PNG or JPEG, and a `seed` (Vertex only).
 
 Behaviour by prompt: `FAIL` fails the operation with an error; `UNSAFE` ends it with no video and a
-safety-filter reason. `polls` counts the polls per operation; `video_bytes` is the video each job makes.
+safety-filter reason; `SLOW` never ends. `polls` counts the polls per operation; `video_bytes` is the
+video each job makes.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ class FakeGeminiVideos(FakeServer):
         if name not in self.operations:
             return error(404, f"Operation {name} not found.")
         self.polls[name] += 1
-        if self.polls[name] < self.steps:
+        if self.polls[name] < self.steps or "SLOW" in self.operations[name]["body"]["instances"][0].get("prompt", ""):
             return web.json_response({"name": name, "done": False})
         return web.json_response(self._finished(name, request))
 

@@ -195,3 +195,16 @@ def test_an_uploaded_reference_image_reaches_each_provider(
     assert reel_body["modelInput"]["textToVideoParams"]["images"] == [{"format": "png", "source": {"bytes": encoded}}]
     rep_body = fake_replicate.last("/predictions").body
     assert rep_body["input"]["image"] == "data:image/png;base64," + encoded
+
+
+@pytest.mark.parametrize("name,seconds,size", CASES[:2])
+def test_deleting_a_running_job_where_the_provider_has_no_cancel(
+    server: GatewayServer, name: str, seconds: str, size: str
+) -> None:
+    """Veo and Nova Reel cannot cancel: the job is deleted at the gateway all the same (and costs nothing)."""
+    c = client(server)
+    video = c.videos.create(model=name, prompt=f"SLOW {name}", seconds=seconds, size=size)  # type: ignore[arg-type]
+    wait_for(lambda: c.videos.retrieve(video.id).status == "in_progress")
+    assert c.videos.delete(video.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        c.videos.retrieve(video.id)
