@@ -247,7 +247,7 @@ class Whisper:
     def transcribe(self, audio: F32, options: Options) -> Result:
         import ctranslate2
 
-        if not self.multilingual and options.language not in (None, "en", "english"):
+        if not self.multilingual and (options.language or "en").lower() not in ("en", "english"):
             raise InvalidRequest("This model transcribes English only (language: en).", param="language")
         mel = log_mel(audio)
         content = audio.size // HOP
