@@ -15,7 +15,7 @@ WAV's header, else `DEFAULT_SECONDS`. whisper answers usage `{"type": "duration"
 `{"type": "tokens"}` (10 audio tokens a second), Groq neither (`x_groq`); `whisper-bare` only its text.
 
 Models `error-<status>` answer that status with the vendor's error body; speech model `die-midstream`
-sends some audio and drops the connection.
+sends some audio and drops the connection; `empty-audio` answers 200 with no bytes.
 """
 
 from __future__ import annotations
@@ -153,6 +153,8 @@ class FakeOpenAIAudio(FakeServer):
         audio = fake_audio(body["input"], fmt)
         if body.get("stream_format") == "sse":
             return await self._speech_sse(request, body, audio)
+        if model == "empty-audio":
+            return web.Response(body=b"", content_type=CONTENT_TYPES[fmt])
         resp = web.StreamResponse(headers={"Content-Type": CONTENT_TYPES[fmt]})
         await resp.prepare(request)
         step = max(len(audio) // 4, 1)
@@ -171,7 +173,7 @@ class FakeOpenAIAudio(FakeServer):
         if isinstance(model, str) and model.startswith("error-"):
             return error(int(model.removeprefix("error-")), f"fake failure {model}")
         voices = self.table["speech"].get(
-            model, self.table["speech"].get("tts-1") if model == "die-midstream" else None
+            model, self.table["speech"].get("tts-1") if model in ("die-midstream", "empty-audio") else None
         )
         if voices is None:
             return error(404, f"The model `{model}` does not exist or you do not have access to it.",

@@ -165,9 +165,12 @@ class OpenAIAudio:
         speech = Speech(content_type, _empty(), body.response_format)
         chunks = self._sse_audio(resp, speech) if sse else self._raw_audio(resp)
         if buffered:
-            speech.audio = _replay([c async for c in chunks])
+            audio = [c async for c in chunks]
+            if not any(audio):
+                raise self.errors.malformed("sent no audio")
+            speech.audio = _replay(audio)
         else:
-            speech.audio = await _started(chunks)
+            speech.audio = await _started(chunks, self.errors)
         if not sse:
             speech.content_type = resp.headers.get("Content-Type", content_type).split(";")[0] or content_type
         return speech
@@ -332,13 +335,13 @@ async def _replay(chunks: list[bytes]) -> AsyncIterator[bytes]:
         yield c
 
 
-async def _started(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _started(chunks: AsyncIterator[bytes], errors: ErrorMap) -> AsyncIterator[bytes]:
     """The stream with its first chunk already pulled, so an upstream failure surfaces before the caller
     sees a byte (and the router can try another target)."""
     try:
         first = await chunks.__anext__()
     except StopAsyncIteration:
-        return _replay([])
+        raise errors.malformed("sent no audio") from None
     except BaseException:
         await chunks.aclose()  # type: ignore[attr-defined]
         raise

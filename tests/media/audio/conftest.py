@@ -59,6 +59,7 @@ def audio_config(fakes: dict[str, Any], tmp: Path, **extra: Any) -> dict[str, An
             _model("tts-1", "speech", "oai", "tts-1", character="15"),
             _model("gpt-4o-mini-tts", "speech", "oai", "gpt-4o-mini-tts", input="0.6", audio_output="12"),
             _model("tts-die", "speech", "oai", "die-midstream", character="15"),
+            _model("tts-empty", "speech", "oai", "empty-audio", character="15"),
             _model("tts-broken", "speech", "oai", "error-500", character="15"),
             _model("whisper-1", "transcription", "oai", "whisper-1", audio_second="0.0001"),
             _model("gpt-4o-transcribe", "transcription", "oai", "gpt-4o-transcribe", input="2.5", output="10",

@@ -170,3 +170,17 @@ def test_audio_duration_seconds_limits_transcription(server: GatewayServer, admi
     with pytest.raises(openai.RateLimitError) as caught:
         keyed(server, per_request["key"]).audio.transcriptions.create(model="whisper-1", file=wav_file)
     assert "3 audio duration seconds" in str(caught.value.body)
+
+
+def test_an_mp3_upload_is_measured_from_its_frames(server: GatewayServer, admin: Admin, tmp_path: Path) -> None:
+    """No usage, no duration from the provider, and not a WAV: the gateway reads the MP3's frames."""
+    from inferplex.families.transcription import measure_ms
+    from tests.media.audio.test_audio_units import mp3_frames
+
+    path = tmp_path / "talk.mp3"
+    path.write_bytes(mp3_frames(200))
+    ms = measure_ms(str(path))
+    assert ms is not None and 5000 <= ms <= 5300
+    created = admin.create_key(credits_micros=10_000)
+    r = keyed(server, created["key"]).audio.transcriptions.with_raw_response.create(model="whisper-bare", file=path)
+    assert r.headers["x-inferplex-cost-micros"] == str(math.ceil(ms / 10))  # 100 micro-USD a second

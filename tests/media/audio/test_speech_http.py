@@ -109,6 +109,11 @@ def test_an_upstream_failure_is_an_openai_error_not_a_500(client: OpenAI) -> Non
     assert "fake failure" in str(caught.value.body)
 
 
+def test_an_upstream_that_answers_no_audio_is_a_502(server: GatewayServer) -> None:
+    r = raw_post(server, "/audio/speech", json={"model": "tts-empty", "voice": "alloy", "input": TEXT})
+    assert r.status_code == 502 and "sent no audio" in r.json()["error"]["message"]
+
+
 def test_a_stream_cut_upstream_is_cut_for_the_caller(server: GatewayServer) -> None:
     with pytest.raises(httpx.HTTPError):
         raw_post(server, "/audio/speech", json={"model": "tts-die", "voice": "alloy", "input": TEXT})
