@@ -10,6 +10,7 @@ edit), from the provider's partial images where it streams them, else the comple
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -37,7 +38,7 @@ from inferplex.families.images import (
     ImageVariationRequest,
 )
 from inferplex.gateway_request import GatewayRequest, parse_request
-from inferplex.media_store.store import owner_of
+from inferplex.media_store.store import MediaStore, owner_of
 from inferplex.media_store.uploads import FieldKind, UploadedFile, read_upload_form
 from inferplex.services import Services
 from inferplex.sse import encode
@@ -81,12 +82,18 @@ async def _serve(
     request: Request, family: Family[Any, Any, Any], parsed: GatewayRequest[Any], ctx: Context, events: str
 ) -> Response:
     services: Services = request.app.state.services
+    store = services.media
+    if store is None and parsed.body.response_format == "url":  # refused before anything is charged
+        raise InvalidRequest(
+            "Invalid value for 'response_format': this gateway has no media store for image URLs; ask for b64_json.",
+            param="response_format",
+        )
     answer: ImagesAnswer = await services.pipeline.run(family, ctx, parsed)
     if getattr(parsed.body, "stream", None):
         return SSEResponse(_events(answer, events), ctx.headers())  # type: ignore[return-value]
     wanted = parsed.body.response_format or answer.get("_format") or "b64_json"
-    if wanted == "url":
-        await _to_urls(services, ctx, answer, str(request.base_url))
+    if wanted == "url" and store is not None:
+        await to_urls(store, owner_of(ctx.principal), answer, str(request.base_url))
     return _images_result(answer, parsed, ctx)
 
 
@@ -127,17 +134,10 @@ async def _events(answer: ImagesAnswer, prefix: str) -> AsyncIterator[bytes]:
         yield encode(orjson.dumps(event), event["type"])
 
 
-async def _to_urls(services: Services, ctx: Context, answer: ImagesAnswer, base_url: str) -> None:
-    """Each image saved to the media store, its `b64_json` replaced by the gateway's signed URL."""
-    import base64
-
-    store = getattr(services, "media", None)
-    if store is None:
-        raise InvalidRequest(
-            "Invalid value for 'response_format': this gateway has no media store for image URLs; ask for b64_json.",
-            param="response_format",
-        )
-    owner = owner_of(ctx.principal)
+async def to_urls(store: MediaStore, owner: str, answer: ImagesAnswer, base_url: str) -> None:
+    """Each image of `answer` saved to the media store as `owner`'s, its `b64_json` replaced by the gateway's
+    signed URL (absolute from `base_url` unless `media.public_base_url` is set). Any dialect's image route
+    answering URLs uses this."""
     fmt = answer.get("output_format") or "png"
     for item in answer.get("data") or ():
         raw = base64.b64decode(item.pop("b64_json", "") or "")
