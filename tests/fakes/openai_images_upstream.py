@@ -13,6 +13,7 @@ Every image produced is a distinct small PNG, kept in `produced` (bytes) so test
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import struct
@@ -90,6 +91,7 @@ class FakeOpenAIImages(FakeServer):
         self.produced: list[bytes] = []
         self.files: dict[str, bytes] = {}
         self._ids = itertools.count(1)
+        self.slow_stream = 0.0  # seconds between the partial images and the completed one
 
     @property
     def base_url(self) -> str:
@@ -215,6 +217,8 @@ class FakeOpenAIImages(FakeServer):
             data = base64.b64encode(png(f"partial-{i}".encode())).decode()
             event = {"type": f"{prefix}.partial_image", "b64_json": data, **common, "partial_image_index": i}
             await resp.write(f"event: {event['type']}\ndata: ".encode() + orjson.dumps(event) + b"\n\n")
+        if self.slow_stream:
+            await asyncio.sleep(self.slow_stream)  # the final image takes a while, as a real one does
         for item in answer["data"]:
             event = {"type": f"{prefix}.completed", "b64_json": item["b64_json"], **common, "usage": answer["usage"]}
             await resp.write(f"event: {event['type']}\ndata: ".encode() + orjson.dumps(event) + b"\n\n")

@@ -10,9 +10,10 @@ edit), from the provider's partial images where it streams them, else the comple
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio.to_thread
@@ -31,6 +32,7 @@ from inferplex.families.images import (
     IMAGE_EDITS,
     IMAGE_VARIATIONS,
     IMAGES,
+    PARTIAL_IMAGES,
     ImageEditRequest,
     ImageFile,
     ImageRequest,
@@ -88,9 +90,9 @@ async def _serve(
             "Invalid value for 'response_format': this gateway has no media store for image URLs; ask for b64_json.",
             param="response_format",
         )
-    answer: ImagesAnswer = await services.pipeline.run(family, ctx, parsed)
     if getattr(parsed.body, "stream", None):
-        return SSEResponse(_events(answer, events), ctx.headers())  # type: ignore[return-value]
+        return await _stream(services, family, parsed, ctx, events)
+    answer: ImagesAnswer = await services.pipeline.run(family, ctx, parsed)
     wanted = parsed.body.response_format or answer.get("_format") or "b64_json"
     if wanted == "url" and store is not None:
         await to_urls(store, owner_of(ctx.principal), answer, str(request.base_url))
@@ -110,19 +112,99 @@ RENDERS = {
 }
 
 
-async def _events(answer: ImagesAnswer, prefix: str) -> AsyncIterator[bytes]:
-    """OpenAI's ImageGenStreamEvents: the partial images in order, then one completed event per image."""
-    created = int(answer.get("created") or time.time())
-    common = {
-        "created_at": created,
+# Streamed requests whose caller left: kept until they finish, so that what the provider made is settled.
+_DETACHED: set[asyncio.Task[Any]] = set()
+_COMMON = ("created_at", "size", "quality", "background", "output_format")
+
+
+async def _stream(
+    services: Services, family: Family[Any, Any, Any], parsed: GatewayRequest[Any], ctx: Context, prefix: str
+) -> Response:
+    """A streamed request: its partial images sent as the provider sends them (the pipeline's call runs in a
+    task of its own, which hands them over through `PARTIAL_IMAGES`), then the completed images. A failure
+    before the first event is an ordinary error answer; after it, an `error` event ends the stream."""
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    token = PARTIAL_IMAGES.set(queue.put_nowait)
+    try:
+        task = asyncio.create_task(services.pipeline.run(family, ctx, parsed))
+    finally:
+        PARTIAL_IMAGES.reset(token)
+    try:
+        first = await _first(queue, task)
+    except BaseException:
+        task.cancel()
+        raise
+    return SSEResponse(_live(queue, task, first, prefix, ctx), ctx.headers())  # type: ignore[return-value]
+
+
+async def _first(queue: asyncio.Queue[dict[str, Any]], task: asyncio.Task[ImagesAnswer]) -> dict[str, Any] | None:
+    """The first partial image event, or None when the call finished without one (its failure raised)."""
+    getter = asyncio.ensure_future(queue.get())
+    try:
+        await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getter.done():
+            getter.cancel()
+    if getter.done() and not getter.cancelled():
+        return getter.result()
+    task.result()
+    return None
+
+
+async def _live(
+    queue: asyncio.Queue[dict[str, Any]],
+    task: asyncio.Task[ImagesAnswer],
+    first: dict[str, Any] | None,
+    prefix: str,
+    ctx: Context,
+) -> AsyncIterator[bytes]:
+    sent = 0
+    try:
+        event = first
+        while event is not None:
+            yield _partial(event, prefix, sent)
+            sent += 1
+            event = await _first(queue, task)
+        answer = task.result()
+        for index, partial in enumerate((answer.get("partials") or ())[sent:], start=sent):
+            yield _partial({"b64_json": partial, **_common(answer)}, prefix, index)
+        async for frame in _completed(answer, prefix):
+            yield frame
+    except GatewayError as err:
+        yield encode(orjson.dumps({"type": "error", "error": err.to_openai()["error"]}), "error")
+    finally:
+        if not task.done():  # the caller left: the call finishes (and is settled) without it
+            _DETACHED.add(task)
+            task.add_done_callback(_forget)
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    _DETACHED.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a failure after the caller left is settled, not logged as lost
+
+
+def _common(answer: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "created_at": int(answer.get("created") or time.time()),
         "size": answer.get("size") or "auto",
         "quality": answer.get("quality") or "auto",
         "background": answer.get("background") or "auto",
         "output_format": answer.get("output_format") or "png",
     }
-    for index, partial in enumerate(answer.get("partials") or ()):
-        event = {"type": f"{prefix}.partial_image", "b64_json": partial, **common, "partial_image_index": index}
-        yield encode(orjson.dumps(event), event["type"])
+
+
+def _partial(event: Mapping[str, Any], prefix: str, index: int) -> bytes:
+    out = {"type": f"{prefix}.partial_image", "b64_json": event.get("b64_json", "")}
+    out.update({k: event[k] for k in _COMMON if k in event})
+    out.setdefault("created_at", int(time.time()))
+    out["partial_image_index"] = index
+    return encode(orjson.dumps(out), out["type"])
+
+
+async def _completed(answer: ImagesAnswer, prefix: str) -> AsyncIterator[bytes]:
+    """One completed event per image (OpenAI's ImageGenCompletedEvent / ImageEditCompletedEvent)."""
+    common = _common(answer)
     usage = answer.get("usage") or {
         "total_tokens": 0,
         "input_tokens": 0,

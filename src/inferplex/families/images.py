@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
@@ -32,6 +33,9 @@ from inferplex.providers.base import CallInfo
 from inferplex.targets import Target
 
 R = TypeVar("R", bound=BaseModel)
+# Where an adapter that streams from its provider hands each partial image event as it arrives (set by the
+# route of a streamed request, for the request's task; None: collect them into the answer's `partials` only).
+PARTIAL_IMAGES: ContextVar[Callable[[dict[str, Any]], None] | None] = ContextVar("partial_images", default=None)
 ImagesAnswer = dict[str, Any]  # OpenAI's ImagesResponse: created, data[{b64_json, revised_prompt}], usage, ...
 
 _SIZE = re.compile(r"^(auto|[1-9][0-9]{1,4}x[1-9][0-9]{1,4})$")

@@ -31,6 +31,7 @@ from inferplex.capabilities import Support
 from inferplex.config import ProviderConfig, Timeouts
 from inferplex.errors import InvalidRequest
 from inferplex.families.images import (
+    PARTIAL_IMAGES,
     ImageCaps,
     ImageEditRequest,
     ImageFile,
@@ -179,8 +180,10 @@ class OpenAIImages:
         return await self._collect(resp)
 
     async def _collect(self, resp: aiohttp.ClientResponse) -> ImagesAnswer:
-        """OpenAI's image stream events (`image_generation.*`, `image_edit.*`) read to the end."""
+        """OpenAI's image stream events (`image_generation.*`, `image_edit.*`) read to the end; each partial
+        image is also handed to the route's `PARTIAL_IMAGES` sink as it arrives (live SSE)."""
         partials: list[str] = []
+        sink = PARTIAL_IMAGES.get()
         answer: ImagesAnswer = {"created": int(time.time()), "data": []}
         done = False
         try:
@@ -190,6 +193,8 @@ class OpenAIImages:
                 kind = event.get("type", "")
                 if kind.endswith(".partial_image"):
                     partials.append(str(event.get("b64_json", "")))
+                    if sink is not None:
+                        sink(event)
                 elif kind.endswith(".completed"):
                     done = True
                     answer["data"].append({"b64_json": event.get("b64_json", "")})

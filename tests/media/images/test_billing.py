@@ -96,3 +96,12 @@ def test_the_most_specific_image_price_wins(gateway: GatewayServer, admin: Admin
     costs = [int(r.headers["x-inferplex-cost-micros"]) for r in (hd, hd_small, plain)]
     assert costs == [24_000, 10_000, 8_000]
     assert admin.balance(key["account_id"]) == 1_000_000 - sum(costs)
+
+
+def test_a_streamed_generation_is_billed_on_its_usage(gateway: GatewayServer, admin: Admin) -> None:
+    key = admin.key(credits_micros=1_000_000)
+    with _client(gateway, key["key"]) as client:
+        events = list(client.images.generate(model="gpt-image-1", prompt="a wren", stream=True, partial_images=1))
+    usage = events[-1].usage  # type: ignore[union-attr]
+    expected = usage.input_tokens_details.text_tokens * 5 + usage.output_tokens * 40
+    assert usage.output_tokens == 1056 and admin.balance(key["account_id"]) == 1_000_000 - expected

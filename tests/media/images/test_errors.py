@@ -86,3 +86,10 @@ def test_multipart_without_the_image_or_with_a_non_image(gateway: GatewayServer)
     r = _post(gateway, "/images/variations", data={"model": "dall-e-2", "n": "two"},
               files={"image": ("a.png", png(b"x"), "image/png")})  # fmt: skip
     assert r.status_code == 400 and r.json()["error"]["param"] == "n"
+
+
+def test_a_stream_that_fails_before_its_first_event_is_an_error_answer(gateway: GatewayServer) -> None:
+    body = {"model": "broken-images", "prompt": "x", "stream": True}
+    r = _post(gateway, "/images/generations", json=body)
+    assert r.status_code >= 500 and r.headers["content-type"].startswith("application/json")
+    assert r.json()["error"]["type"]

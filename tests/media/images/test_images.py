@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 import httpx
@@ -250,3 +251,21 @@ def test_together_and_fireworks_images(client: openai.OpenAI, fakes: dict[str, A
     last = fake.last("/text_to_image")
     assert last.path.endswith("/workflows/accounts/fireworks/models/flux-1-schnell-fp8/text_to_image")
     assert last.body == {"prompt": "a mill", "aspect_ratio": "3:2"} and last.headers["Accept"] == "image/png"
+
+
+def test_partial_images_reach_the_caller_before_the_final_image_is_made(
+    gateway: GatewayServer, fakes: dict[str, Any]
+) -> None:
+    fakes["openai"].slow_stream = 0.6
+    body = {"model": "gpt-image-1", "prompt": "a slow heron", "stream": True, "partial_images": 2}
+    seen: list[tuple[str, float]] = []
+    try:
+        with httpx.stream("POST", gateway.base_url + "/images/generations", json=body, headers=gateway.auth) as r:
+            for line in r.iter_lines():
+                if line.startswith("event: "):
+                    seen.append((line.removeprefix("event: "), time.monotonic()))
+    finally:
+        fakes["openai"].slow_stream = 0.0
+    kinds = [k for k, _ in seen]
+    assert kinds == ["image_generation.partial_image"] * 2 + ["image_generation.completed"]
+    assert seen[-1][1] - seen[0][1] >= 0.5  # the partials were sent as they came, not with the final image
