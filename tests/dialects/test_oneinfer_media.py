@@ -182,6 +182,10 @@ def test_negative_prompt_is_dropped_and_named_or_refused(server: GatewayServer) 
         ({"quality": "ultra"}, 400, "quality"),  # the right type, a value not allowed
         ({"model": "no-such-model"}, 400, "model"),  # an unknown model is OneInfer's 400
         ({"surprise": 1}, 400, "surprise"),
+        ({"endpoint_id": ["x"]}, 422, "endpoint_id"),
+        ({"endpoint_id": "nope"}, 400, "endpoint_id"),
+        ({"tags": 5}, 422, "tags"),
+        ({"provider": {"order": ["openai"]}}, 422, "provider"),
     ],
 )
 def test_image_errors_use_the_envelope_and_oneinfers_statuses(

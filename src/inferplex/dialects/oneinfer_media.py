@@ -165,7 +165,12 @@ def _object(body: Any) -> dict[str, Any]:
 def _gateway(services: Services, body: dict[str, Any], kind: str) -> tuple[dict[str, Any], Any]:
     """The gateway's options out of `body` (in place) and the model resolved: (options found, options)."""
     found = split(body)
-    checked = flags(found)
+    try:
+        checked = flags(found)
+    except InvalidRequest as err:
+        err.status, err.code = 422, "schema_validation_error"  # a wrong JSON type, in OneInfer's table
+        raise
+    routed = validated(RoutingFields, {k: found[k] for k in ROUTING_KEYS if k in found})
     catalog = services.pipeline.catalog
     provider = found.get("provider")
     if provider is not None and not isinstance(provider, str):
@@ -178,9 +183,8 @@ def _gateway(services: Services, body: dict[str, Any], kind: str) -> tuple[dict[
         )
     if body.get("model") is None:
         body["model"] = catalog.default_model(provider or DEFAULT_PROVIDER, kind)
-    if found.get("endpoint_id") is not None:
-        catalog.check_endpoint(found["endpoint_id"])
-    routed = validated(RoutingFields, {k: found[k] for k in ROUTING_KEYS if k in found})
+    if routed.endpoint_id is not None:
+        catalog.check_endpoint(routed.endpoint_id)
     return found, options(found, checked, routed)
 
 
