@@ -15,7 +15,8 @@ WAV's header, else `DEFAULT_SECONDS`. whisper answers usage `{"type": "duration"
 `{"type": "tokens"}` (10 audio tokens a second), Groq neither (`x_groq`); `whisper-bare` only its text.
 
 Models `error-<status>` answer that status with the vendor's error body; speech model `die-midstream`
-sends some audio and drops the connection; `empty-audio` answers 200 with no bytes.
+sends some audio and drops the connection; `empty-audio` answers 200 with no bytes; `slow-audio` sends 256
+bytes every 50 ms for 30 s, noting when the client hangs up (`hangups`).
 """
 
 from __future__ import annotations
@@ -155,6 +156,10 @@ class FakeOpenAIAudio(FakeServer):
             return await self._speech_sse(request, body, audio)
         if model == "empty-audio":
             return web.Response(body=b"", content_type=CONTENT_TYPES[fmt])
+        if model == "slow-audio":
+            resp = web.StreamResponse(headers={"Content-Type": CONTENT_TYPES[fmt]})
+            await resp.prepare(request)
+            return await self.tick(resp, b"\x00" * 256)
         resp = web.StreamResponse(headers={"Content-Type": CONTENT_TYPES[fmt]})
         await resp.prepare(request)
         step = max(len(audio) // 4, 1)
@@ -173,7 +178,8 @@ class FakeOpenAIAudio(FakeServer):
         if isinstance(model, str) and model.startswith("error-"):
             return error(int(model.removeprefix("error-")), f"fake failure {model}")
         voices = self.table["speech"].get(
-            model, self.table["speech"].get("tts-1") if model in ("die-midstream", "empty-audio") else None
+            model,
+            self.table["speech"].get("tts-1") if model in ("die-midstream", "empty-audio", "slow-audio") else None,
         )
         if voices is None:
             return error(404, f"The model `{model}` does not exist or you do not have access to it.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import io
+import time
 import wave
 from typing import Any
 
@@ -112,6 +113,20 @@ def test_an_upstream_failure_is_an_openai_error_not_a_500(client: OpenAI) -> Non
 def test_an_upstream_that_answers_no_audio_is_a_502(server: GatewayServer) -> None:
     r = raw_post(server, "/audio/speech", json={"model": "tts-empty", "voice": "alloy", "input": TEXT})
     assert r.status_code == 502 and "sent no audio" in r.json()["error"]["message"]
+
+
+def test_a_caller_who_hangs_up_hangs_up_the_upstream(server: GatewayServer, fakes: dict[str, Any]) -> None:
+    fake = fakes["oai"]
+    before = len(fake.hangups)
+    headers = {"Authorization": f"Bearer {server.master_key}"}
+    body = {"model": "tts-slow", "voice": "alloy", "input": TEXT}
+    with httpx.stream("POST", server.base_url + "/audio/speech", json=body, headers=headers, timeout=10) as r:
+        assert r.status_code == 200
+        next(r.iter_bytes())
+    deadline = time.monotonic() + 3
+    while len(fake.hangups) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(fake.hangups) > before
 
 
 def test_a_stream_cut_upstream_is_cut_for_the_caller(server: GatewayServer) -> None:

@@ -113,6 +113,26 @@ def test_gemini_transcribes_json_and_text_and_refuses_subtitles(
     assert "timestamped segments" in str(caught.value.body)
 
 
+def test_a_file_over_a_providers_limit_is_a_413_before_the_call(
+    client: OpenAI, wav_file: Path, fakes: dict[str, Any]
+) -> None:
+    before = len(fakes["groq"].requests)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.audio.transcriptions.create(model="groq-small", file=wav_file)  # 96 kB > 50 kB
+    assert caught.value.status_code == 413 and "at most 50000 bytes" in str(caught.value.body)
+    assert len(fakes["groq"].requests) == before
+
+
+def test_include_and_chunking_strategy_reach_the_upstream(
+    client: OpenAI, wav_file: Path, fakes: dict[str, Any]
+) -> None:
+    client.audio.transcriptions.create(
+        model="gpt-4o-transcribe", file=wav_file, include=["logprobs"], chunking_strategy="auto", language="en"
+    )
+    sent = fakes["oai"].last("/audio/transcriptions").body
+    assert sent["include[]"] == ["logprobs"] and sent["chunking_strategy"] == "auto" and sent["language"] == "en"
+
+
 def test_a_model_that_cannot_give_segments_says_so(client: OpenAI, wav_file: Path) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.audio.transcriptions.create(model="gpt-4o-transcribe", file=wav_file, response_format="vtt")
