@@ -10,6 +10,11 @@ expensive the model's prices name when `auto`), and for token-priced models (gpt
 tokens OpenAI publishes for that size and quality, plus the prompt's text tokens (its UTF-8 length: a token
 is at least one byte). Settlement bills the images returned, or the `usage` the provider reported: its text
 input tokens at the text rate, its image input and output tokens at the image rates, never the text ones.
+
+What a provider cannot do (`ImageCaps`, declared by each adapter module) is planned by `plan_images` with
+chat's decider (`capabilities.py`): dropped and named in `x-inferplex-dropped-params`, refused with a 400
+naming the parameter (`drop_params: false`), or emulated (`n` above a provider's cap as several calls, a
+stream from one buffered call).
 """
 
 from __future__ import annotations
