@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 
 from inferplex.dialects import oneinfer_media_responses as omr
 from inferplex.dialects.oneinfer_media import video_size
-from inferplex.dialects.oneinfer_responses import OneInferError
+from inferplex.dialects.oneinfer_responses import OneInferError, OneInferModelsEnvelope
 from tests.accounts.conftest import Admin
 from tests.fakes.openai_audio_upstream import SAID, FakeOpenAIAudio, fake_audio, wav_bytes
 from tests.fakes.openai_images_upstream import FakeOpenAIImages
@@ -365,3 +365,11 @@ def test_a_token_without_tts_is_refused_speech(server: GatewayServer, admin: Adm
         post(server, "/v1/ula/generate-audio", narrow, data={"model": "whisper-1"}, files=files),
         omr.OneInferAudioEnvelope,
     )
+
+
+def test_the_models_list_names_the_media_models_kinds(server: GatewayServer) -> None:
+    resp = get(server, "/v1/ula/models")
+    ok(resp, OneInferModelsEnvelope)
+    kinds = {m["model"]: m["kind"] for m in resp.json()["data"]}
+    assert kinds["tts-1"] == "speech" and kinds["whisper-1"] == "transcription"
+    assert kinds["dall-e-3"] == "image" and kinds["sora-2"] == "video"
