@@ -31,9 +31,11 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Message
 
 from inferplex.accounts.limits import LimitExceeded
 from inferplex.auth import Principal
@@ -45,7 +47,7 @@ from inferplex.dialects.inferada import check_service
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, PermissionDenied, SpendingCapReached
 from inferplex.families.base import Family
-from inferplex.families.speech import SPEECH, SpeechAdapter, SpeechRequest
+from inferplex.families.speech import SpeechAdapter
 from inferplex.families.transcription import (
     TRANSCRIPTION,
     TRANSLATION,
@@ -186,9 +188,25 @@ async def speech(request: Request, ctx: Context) -> Response:
         data.pop("inferada", None)  # no processor applies to speech
         chosen_model(services, ctx, "tts", data)
         check_voice(services, data)
-    parsed = parse_request(SpeechRequest, data)
-    result = await services.pipeline.run(SPEECH, ctx, parsed)
-    return openai_audio.SPEECH_RENDERING.result(result, parsed, ctx)
+    return await openai_audio.speech(replayed(request, data), ctx)
+
+
+def replayed(request: Request, data: Any) -> Request:
+    """`request` with `data` as its JSON body, for OpenAI's handler to read again; every later `receive`
+    (a streamed answer listening for the caller leaving) is the caller's own."""
+    body = orjson.dumps(data)
+    first = True
+
+    async def receive() -> Message:
+        nonlocal first
+        if first:
+            first = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await request.receive()
+
+    headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    return Request({**request.scope, "headers": headers}, receive)
 
 
 async def voices(request: Request, ctx: Context) -> Response:
