@@ -133,6 +133,14 @@ def test_include_and_chunking_strategy_reach_the_upstream(
     assert sent["include[]"] == ["logprobs"] and sent["chunking_strategy"] == "auto" and sent["language"] == "en"
 
 
+@TRANSLATIONS
+def test_gemini_and_azure_translate(client: OpenAI, wav_file: Path, fakes: dict[str, Any]) -> None:
+    assert client.audio.translations.create(model="gemini-stt", file=wav_file).text == SAID
+    assert "into English" in fakes["gm"].last(":generateContent").body["contents"][0]["parts"][0]["text"]
+    assert client.audio.translations.create(model="azure-whisper", file=wav_file).text == TRANSLATED
+    assert fakes["az"].last("/audio/translations").path == "/openai/deployments/whisper-1/audio/translations"
+
+
 def test_a_model_that_cannot_give_segments_says_so(client: OpenAI, wav_file: Path) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.audio.transcriptions.create(model="gpt-4o-transcribe", file=wav_file, response_format="vtt")
