@@ -30,9 +30,8 @@ from starlette.routing import Route
 
 from inferplex.accounts.guard import add_cost
 from inferplex.context import Context
-from inferplex.dialects.answer import answer
-from inferplex.dialects.failure import stream_failure
-from inferplex.dialects.registry import Dialect, Rendering
+from inferplex.dialects.failure import error_headers, stream_failure
+from inferplex.dialects.registry import Rendering
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest
 from inferplex.families.base import Family
@@ -72,16 +71,16 @@ _KINDS: dict[str, FieldKind] = {
 _FILES = {"file": AUDIO_TYPES | {"video/mp4", "video/webm"}}  # mp4 and webm uploads of speech are common
 
 
-def _dialect() -> Dialect:
-    from inferplex.dialects.openai import DIALECT  # the OpenAI dialect lists these routes: imported when served
-
-    return DIALECT
-
-
 def _render_error(err: GatewayError, ctx: Context) -> Response:
-    from inferplex.dialects.openai import render_error
+    """OpenAI's error object (as dialects/openai.render_error, which lists these routes)."""
+    return json_response(err.to_openai(), error_headers(err, ctx), err.status)
 
-    return render_error(err, ctx)
+
+async def _answer(
+    family: Family[Any, Any, Any], services: Services, request: GatewayRequest[Any], ctx: Context
+) -> Response:
+    """`dialects.answer.answer` for the OpenAI dialect, whose renderings of these families are `RENDERS`."""
+    return RENDERS[family.name].result(await services.pipeline.run(family, ctx, request), request, ctx)
 
 
 # ---- speech ------------------------------------------------------------------------------------------------
@@ -90,7 +89,7 @@ def _render_error(err: GatewayError, ctx: Context) -> Response:
 async def speech(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     data = await read_json(request, services.max_body_bytes, services.json_limits)
-    return await answer(_dialect(), SPEECH, services, parse_request(SpeechRequest, data), ctx)
+    return await _answer(SPEECH, services, parse_request(SpeechRequest, data), ctx)
 
 
 def _speech_result(result: Speech, request: GatewayRequest[SpeechRequest], ctx: Context) -> Response:
@@ -217,7 +216,7 @@ async def _hear(
     form = await read_audio_form(request, upload_limit(services))
     with form:
         parsed = parse_request(model, await audio_fields(form))
-        return await answer(_dialect(), family, services, parsed, ctx)
+        return await _answer(family, services, parsed, ctx)
 
 
 def _transcript_result(result: Transcript, request: GatewayRequest[Any], ctx: Context) -> Response:

@@ -18,9 +18,10 @@ from __future__ import annotations
 import math
 import wave
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypedDict
 
 from inferplex.accounts.pricing import Media, Tokens
 from inferplex.config import ModelConfig
