@@ -8,7 +8,8 @@ call is counted in `wrong_key`), `model` (sora-2, sora-2-pro), `prompt` (1 to 32
 JSON), no unknown fields. Errors in OpenAI's shape.
 
 A job moves queued → in_progress → completed after `polls_needed` status calls and `duration_s` seconds;
-a prompt containing "FAIL" (or `fail_next`) fails it with `failure_message`. What a test asserts on:
+a prompt containing "FAIL" (or `fail_next`) fails it with `failure_message`; one containing "HOLD" runs until
+deleted. What a test asserts on:
 `polls[id]` (status calls per job), `max_in_flight[id]` (most status calls on one job at once: a gateway
 whose replicas poll a job together shows more than 1), `cancelled`, `wrong_key`, `created` (the key and
 body of each job), `content_bytes(id, variant)` (what the content route serves).
@@ -243,7 +244,8 @@ class FakeSora:
         if job.fail and job.polls >= 2:
             job.status, job.error = "failed", {"code": "moderation_blocked", "message": self.failure_message}
             return
-        ready = job.polls >= self.polls_needed and time.time() >= job.created_at + self.duration_s
+        held = "HOLD" in job.prompt  # never finishes: a job a test deletes while it runs
+        ready = not held and job.polls >= self.polls_needed and time.time() >= job.created_at + self.duration_s
         if ready:
             job.status, job.progress, job.completed_at = "completed", 100, time.time()
         else:

@@ -49,21 +49,25 @@ class Poller:
         self.rows = jobs.rows
         self.config = jobs.config
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._forever(), name="media-jobs-poller")
 
     async def aclose(self) -> None:
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
     async def _forever(self) -> None:
-        while True:
+        while not self._closing:
             try:
                 await self.tick()
             except Exception as exc:
+                if self._closing:  # a cancellation a driver turned into its own error while we stop
+                    return
                 if unreachable(exc) is None:
                     log.exception("the job poller failed")
                 else:
@@ -85,7 +89,8 @@ class Poller:
         except Exception as exc:
             if unreachable(exc) is None:
                 log.exception("video job %s: the poller failed on it; it is looked at again later", job.id)
-            await self._later(job, token, job.status)
+            with contextlib.suppress(Exception):  # else its lease lapses, and it is looked at then
+                await self._later(job, token, job.status)
         finally:
             renewer.cancel()
 

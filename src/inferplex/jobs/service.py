@@ -169,8 +169,10 @@ class VideoJobs:
             "reserved_micros": held.reserved if held else 0,
             "next_poll_at": now + self.config.poll_initial_s,
         }
-        if not await self.rows.submitted(job_id, recorded):  # deleted meanwhile: the poller releases it
+        if not await self.rows.submitted(job_id, recorded):  # deleted meanwhile (and released): cancel it too
             log.info("video job %s was deleted while it was being submitted", job_id)
+            with contextlib.suppress(GatewayError):
+                await self.adapter(target).video_cancel(upstream, target, CallInfo())
         job = await self.rows.get(job_id)
         if job is None:
             raise NotFound(f"Video '{job_id}' was deleted.", param="video_id", code="video_not_found")

@@ -203,15 +203,19 @@ def _four_at_most(server: GatewayServer, sora: FakeSora, admin: Admin) -> None:
 
 
 def test_ledger_reconciles_under_concurrency(server: GatewayServer, sora: FakeSora, admin: Admin) -> None:
-    """Jobs of every size and length at once, some failing: the account pays exactly seconds x price for the
-    ones that completed, each reservation settled once."""
+    """Jobs of every size and length at once, some failing upstream, some deleted while they run: the account
+    pays exactly seconds x price for the ones that completed, each reservation settled once."""
     key, account = new_key(admin, credits=100_000_000)
     c = client(server, key)
     plan = [("sora-2", "720x1280", "4"), ("sora-2", "1280x720", "8"), ("sora-2-pro", "1792x1024", "12"),
             ("sora-2-pro", "1024x1792", "4"), ("sora-2", "720x1280", "12")]  # fmt: skip
     asks = [(m, s, sec, f"{'FAIL ' if i % 3 == 2 else ''}job {i}") for i, (m, s, sec) in enumerate(plan * 2)]
+    held = [("sora-2", "720x1280", "12", f"HOLD {i}") for i in range(4)]  # deleted while they run
     with ThreadPoolExecutor(8) as pool:
-        made = list(pool.map(lambda a: c.videos.create(model=a[0], size=a[1], seconds=a[2], prompt=a[3]), asks))
+        both = list(pool.map(lambda a: c.videos.create(model=a[0], size=a[1], seconds=a[2], prompt=a[3]), asks + held))
+        made, doomed = both[: len(asks)], both[len(asks) :]
+        assert all(d.deleted for d in pool.map(lambda v: c.videos.delete(v.id), doomed))
+    assert {upstream_id(sora, f"HOLD {i}") for i in range(4)} <= set(sora.cancelled)
     done = [
         wait_for(lambda v=v: (got := c.videos.retrieve(v.id)).status in ("completed", "failed") and got) for v in made
     ]
@@ -221,5 +225,5 @@ def test_ledger_reconciles_under_concurrency(server: GatewayServer, sora: FakeSo
     ledger = admin.ledger(account)
     settles = [row["request_id"] for row in ledger if row["kind"] == "settle"]
     reserves = [row["request_id"] for row in ledger if row["kind"] == "reserve"]
-    assert sorted(settles) == sorted(reserves) and len(set(settles)) == len(made)
+    assert sorted(settles) == sorted(reserves) and len(set(settles)) == len(both)
     assert sum(row["amount_micros"] for row in ledger) == balance(admin, account)
