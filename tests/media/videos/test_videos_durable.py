@@ -22,8 +22,8 @@ pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning"
 def _start(config: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     command = [sys.executable, "-m", "inferplex", "serve", "--config", str(config), "--port", str(port)]
-    log = open(config.parent / f"gateway-{port}.log", "wb")  # noqa: SIM115 (the process writes it until it ends)
-    proc = subprocess.Popen(command, env=env(), stdout=log, stderr=subprocess.STDOUT)
+    with open(config.parent / f"gateway-{port}.log", "wb") as log:  # the process keeps its own handle
+        proc = subprocess.Popen(command, env=env(), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         up(url)
