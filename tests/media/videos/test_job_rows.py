@@ -11,9 +11,14 @@ from typing import Any
 
 import pytest
 
+from inferplex.accounts.guard import AccountGuard, Deferred
+from inferplex.config import AccountsConfig
 from inferplex.jobs.rows import JobRows, Seats, new_job_id
+from inferplex.limits.memory import MemoryLimits
+from inferplex.limits.slots import FairSlots
 from inferplex.store.backend import Database
 from inferplex.store.engine import open_database
+from inferplex.store.ledger import Ledger
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -75,3 +80,31 @@ async def test_delete_cancels_an_active_job_and_hides_it(rows: JobRows) -> None:
     assert await rows.get(values["id"]) is None
     assert await rows.delete(values["id"], "acct_1", time.time(), time.time()) is None
     assert await rows.page("acct_1", None, 10, "desc") == ([], False)
+
+
+class _Usage:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def record(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+
+
+async def test_a_jobs_reservation_is_settled_once_however_often_it_is_asked(rows: JobRows) -> None:
+    """What a replica that died between settling and marking its row settled leaves: the next one settles
+    again, and the ledger takes it once (concurrent tries too); a release after it changes nothing."""
+    ledger = Ledger(rows.db)
+    account = await ledger.create_account("videos")
+    await ledger.credit(account.id, 1_000_000)
+    assert await ledger.reserve(account.id, 400_000, request_id="req_job", key_id=None) == 600_000
+    limits = MemoryLimits()
+    usage = _Usage()
+    guard = AccountGuard(ledger, limits, FairSlots(limits, 0.25), usage, AccountsConfig())  # type: ignore[arg-type]
+    held = Deferred(account.id, None, 400_000, "req_job")
+    await asyncio.gather(*(guard.settle_deferred(held, 300_000, {"status": 200}) for _ in range(5)))
+    await guard.settle_deferred(held, None, {"status": 502})
+    found = await ledger.account(account.id)
+    assert found is not None and found.balance_micros == 700_000 and found.month_spent_micros == 300_000
+    assert [e["kind"] for e in await ledger.entries(account.id)].count("settle") == 1
+    assert await ledger.ledger_sum(account.id) == 700_000
+    await ledger.aclose()

@@ -55,6 +55,9 @@ def test_create_and_poll_then_download_the_video_and_thumbnail(
     c.videos.download_content(video.id, variant="video")
     assert sora.downloads[f"{theirs}/video"] == 1
     wait_for(lambda: balance(admin, account) == 50_000_000 - 8 * PRICES["720x1280"])
+    (row,) = admin.usage(account_id=account)  # one usage row per job, written when it was settled
+    assert row["model"] == "sora-2" and row["status"] == 200 and row["cost_micros"] == 8 * PRICES["720x1280"]
+    assert row["provider"] in ("sora-a", "sora-b")
 
 
 def test_create_answers_at_once_and_retrieve_follows_the_job(
