@@ -183,18 +183,12 @@ class VideoMeter:
         return Tokens(), Media(video_seconds=seconds, resolution=size)
 
 
-async def invoke(
-    adapter: VideoAdapter, request: GatewayRequest[VideoRequest], target: Target, info: CallInfo
-) -> UpstreamJob:
-    return await adapter.video_submit(request, target, info)
-
-
 def _no_tokens(request: VideoRequest) -> int:
     return 0
 
 
-# Submitted through `jobs.VideoJobs.submit` (not `Pipeline.run`): the reservation outlives the request and
-# is settled by the poller when the job completes.
+# No `invoke`: a video is submitted through `jobs.VideoJobs.submit` (`services.jobs`), never `Pipeline.run`,
+# which would settle the reservation when the submit returns; the job's row keeps it until the job completes.
 VIDEOS: Family[VideoRequest, VideoAdapter, UpstreamJob] = Family(
     name="video",
     model_type="video",
@@ -202,6 +196,5 @@ VIDEOS: Family[VideoRequest, VideoAdapter, UpstreamJob] = Family(
     unit=Unit.SECONDS,
     estimate_input=_no_tokens,
     max_output=no_output,
-    invoke=invoke,
     meter=VideoMeter(),
 )
