@@ -44,7 +44,7 @@ def video_config(sora: FakeSora, data_dir: Path, database_url: str | None = None
     """`sora-2` on two deployments (providers `sora-a` and `sora-b`, each its own key), `sora-2-pro` on `sora-b`
     alone, priced per second by resolution; the poller quick (tests wait seconds, not minutes)."""
     provider = {"kind": "openai", "base_url": sora.base_url, "timeouts": {"connect": 2, "read": 10}}
-    pricing = {"input": "0", "video_second": "0.10", "video_second_by": {"1024x1792": "0.50", "1792x1024": "0.50"}}
+    pricing = {"video_second": "0.10", "video_second_by": {"1024x1792": "0.50", "1792x1024": "0.50"}}
     return {
         "server": {"data_dir": str(data_dir), "master_key": "env:VIDEOS_TEST_MASTER"},
         "providers": [
