@@ -73,6 +73,8 @@ class FakeSora:
     content_bytes_size: int = 300_000
     failure_message: str = "Your request was blocked by our moderation system."
     fail_next: bool = False
+    create_delay_s: float = 0.0  # each create takes this long...
+    create_error: int | None = None  # ...and then answers this status, if set (a provider failing)
     jobs: dict[str, Job] = field(default_factory=dict)
     polls: dict[str, int] = field(default_factory=dict)
     in_flight: dict[str, int] = field(default_factory=dict)
@@ -200,6 +202,13 @@ class FakeSora:
         bad = self._invalid(data)
         if bad is not None:
             return bad
+        if self.create_delay_s:
+            await asyncio.sleep(self.create_delay_s)
+        if self.create_error is not None:
+            body = {
+                "error": {"message": "The server had an error.", "type": "server_error", "param": None, "code": None}
+            }
+            return web.json_response(body, status=self.create_error)
         return web.json_response(self._object(self._new(key, data)))
 
     async def remix(self, request: web.Request) -> web.Response:

@@ -152,10 +152,8 @@ class VideoJobs:
             inserted = True
             upstream = await self.pipeline.router.run(ctx, resolved, call)
             ctx.timings.mark_upstream_end()
-        except BaseException:
-            await _failed(admission, ctx)
-            if inserted:
-                await asyncio.shield(self.rows.discard(job_id))
+        except BaseException as exc:
+            await asyncio.shield(self._abandon(ctx, admission, job_id if inserted else None, resolved, exc))
             raise
         held = admission.defer(ctx) if isinstance(admission, Deferrable) else None
         target = ctx.target
@@ -177,6 +175,30 @@ class VideoJobs:
         if job is None:
             raise NotFound(f"Video '{job_id}' was deleted.", param="video_id", code="video_not_found")
         return job
+
+    async def _abandon(
+        self, ctx: Context, admission: Admission, job_id: str | None, resolved: Resolved, exc: BaseException
+    ) -> None:
+        """A submit refused or failed: its row (if any) removed, its reservation released. Through the ledger's
+        idempotent replay, as every job's: a caller who deleted the job while it was being submitted has
+        released it already (jobs are listed from the moment their row exists), and it is released once."""
+        if job_id is not None:
+            with contextlib.suppress(Exception):  # else the poller fails it after `submit_grace_s`
+                await self.rows.discard(job_id)
+        if not isinstance(admission, Deferrable) or self.guard is None:
+            await admission.settle(ctx, None, failed=True)
+            return
+        held = admission.defer(ctx)
+        status = (
+            exc.status if isinstance(exc, GatewayError) else 499 if isinstance(exc, asyncio.CancelledError) else 500
+        )
+        target = ctx.target
+        usage = {"model": resolved.model.name, "provider": target.provider.name if target else None,
+                 "deployment": target.key if target else None, "status": status, "end_user": None}  # fmt: skip
+        try:
+            await self.guard.settle_deferred(held, None, usage)
+        except Exception as err:  # the orphan sweeper releases it (store/recovery.py)
+            log.warning("video job submit %s: its reservation is not released yet (%s)", ctx.request_id, err)
 
     def _row(
         self,
@@ -306,7 +328,3 @@ def _too_many(column: str, config: JobsConfig) -> RateLimited:
         code="too_many_concurrent_jobs",
         retry_after=config.poll_initial_s,
     )
-
-
-async def _failed(admission: Admission, ctx: Context) -> None:
-    await asyncio.shield(admission.settle(ctx, None, failed=True))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -112,3 +113,26 @@ def test_multipart_reference_that_is_not_an_image_is_refused(
     r = httpx.post(f"{server.base_url}/videos", data={"prompt": "x"}, files=files, headers=_headers(key))
     assert r.status_code in (400, 415), r.text
     assert sora.created == [] and balance(admin, account) == 50_000_000
+
+
+def test_a_job_deleted_while_it_is_submitted_is_released_once(
+    server: GatewayServer, admin: Admin, sora: FakeSora
+) -> None:
+    """The caller lists the job while the provider is still taking it, deletes it, then the provider fails the
+    submit: the reservation is released once (by the delete), not once more by the failed request."""
+    sora.create_delay_s, sora.create_error = 0.5, 500
+    key, account = new_key(admin)
+    url = f"{server.base_url}/videos"
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(
+            lambda: httpx.post(url, json={"prompt": "racing", "seconds": "12"}, headers=_headers(key), timeout=30)
+        )
+        (listed,) = wait_for(lambda: httpx.get(url, headers=_headers(key)).json()["data"])
+        assert listed["status"] == "queued"
+        assert httpx.delete(f"{url}/{listed['id']}", headers=_headers(key)).json()["deleted"] is True
+        answer = pending.result()
+    assert _error(answer, 502)
+    wait_for(lambda: balance(admin, account) == 50_000_000)
+    kinds = [row["kind"] for row in admin.ledger(account)]
+    assert kinds.count("reserve") == 1 and kinds.count("settle") == 1
+    assert balance(admin, account) == 50_000_000
