@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from inferplex.config import ModelConfig
-from inferplex.families.chat import CHAT
-from inferplex.families.embeddings import EMBEDDINGS
 from inferplex.families.registry import FAMILIES, model_types
-from inferplex.families.token_count import TOKEN_COUNT
 from tests.test_config_cli import run_cli
+
+AUDIO = ("speech", "transcription", "translation")  # families/speech.py, families/transcription.py
 
 EMBEDDING_ON_ANTHROPIC = """
 providers:
@@ -41,18 +40,19 @@ models:
 
 def test_the_config_model_types_are_the_families_own() -> None:
     declared = set(typing.get_args(ModelConfig.model_fields["type"].annotation))
-    assert declared == model_types() == {"chat", "embedding"}
+    assert declared == model_types() == {"chat", "embedding", "image", "speech", "transcription", "video"}
 
 
 @pytest.mark.parametrize(
     "kind,serves",
     [
-        ("openai", {"chat", "embedding"}),
-        ("azure", {"chat", "embedding"}),
-        ("local", {"chat", "embedding"}),
+        ("openai", {"chat", "embedding", "image", "image_edit", "image_variation", *AUDIO, "video"}),
+        ("azure", {"chat", "embedding", "image", "image_edit", *AUDIO}),
+        ("local", {"chat", "embedding", "speech", "transcription"}),  # the bundled audio models: no translation
         ("anthropic", {"chat", "count_tokens"}),
-        ("gemini", {"chat"}),
-        ("bedrock", {"chat"}),
+        ("gemini", {"chat", "image", "image_edit", *AUDIO, "video"}),
+        ("bedrock", {"chat", "image", "image_variation", "video"}),
+        ("replicate", {"video"}),
     ],
 )
 def test_what_each_provider_kind_serves(kind: str, serves: set[str]) -> None:
@@ -63,9 +63,19 @@ def test_what_each_provider_kind_serves(kind: str, serves: set[str]) -> None:
 
 
 def test_families_declare_their_units_and_billing() -> None:
-    assert [f.name for f in FAMILIES] == ["chat", "embedding", "count_tokens"]
-    assert CHAT.billed and EMBEDDINGS.billed and not TOKEN_COUNT.billed
-    assert CHAT.required and EMBEDDINGS.required and not TOKEN_COUNT.required
+    units = {f.name: (f.unit.value, f.required, f.billed, f.meter is not None) for f in FAMILIES}
+    assert units == {
+        "chat": ("tokens", True, True, False),
+        "embedding": ("tokens", True, True, False),
+        "count_tokens": ("tokens", False, False, False),
+        "speech": ("characters", True, True, True),
+        "transcription": ("seconds", True, True, True),
+        "translation": ("seconds", False, True, True),  # a transcription model need not translate
+        "video": ("seconds", True, True, True),
+        "image": ("images", True, True, True),
+        "image_edit": ("images", False, True, True),
+        "image_variation": ("images", False, True, True),
+    }
 
 
 def test_a_model_on_a_provider_that_cannot_serve_it_is_refused_by_config_check(tmp_path: Path) -> None:
@@ -108,3 +118,18 @@ def test_the_app_refuses_it_at_start_up_too() -> None:
     with pytest.raises(ConfigError, match="cannot serve embedding requests"):
         asyncio.run(start())
     assert not hasattr(app.state, "accounts")
+
+
+def test_the_video_family_is_metered_per_second_and_served_by_openai() -> None:
+    from inferplex.accounts.pricing import Media
+    from inferplex.families.videos import VIDEOS, JobStatus, VideoRequest
+    from inferplex.provider_kinds import TABLE
+
+    assert VIDEOS in FAMILIES and VIDEOS.model_type == "video" and VIDEOS.billed and VIDEOS.required
+    assert VIDEOS.meter is not None
+    body = VideoRequest(prompt="p", seconds="8", size="1792x1024")
+    model = ModelConfig.model_validate({"name": "v", "type": "video", "deployments": [{"provider": "p", "model": "m"}]})
+    assert VIDEOS.meter.worst(body, model)[1] == Media(video_seconds=8, resolution="1792x1024")
+    reported = JobStatus("completed", 100, seconds=4, size="1280x720")
+    assert VIDEOS.meter.used(body, reported)[1] == Media(video_seconds=4, resolution="1280x720")
+    assert issubclass(typing.get_type_hints(TABLE.load("openai"))["return"], VIDEOS.interface)

@@ -28,6 +28,10 @@ from inferplex.dialects.registry import dialects, error_payload, plain_error
 from inferplex.edge import Endpoint, json_response, self_contained
 from inferplex.families.registry import check_adapters
 from inferplex.http_server import HeadLimits
+from inferplex.jobs.poller import Poller
+from inferplex.jobs.rows import JobRows
+from inferplex.jobs.service import VideoJobs
+from inferplex.media_store.store import MediaStore
 from inferplex.pipeline import Pipeline
 from inferplex.processors.chain import gateway_factory
 from inferplex.providers.base import Adapter
@@ -141,19 +145,27 @@ def create_app(config: Config, master_key: str) -> Gateway:
         custom = app.state.custom_endpoints = CustomEndpoints(accounts.db, config.custom_endpoints)
         if PROVIDER not in adapters:  # `name@custom` is the accounts' own, unless the operator took the name
             adapters[PROVIDER] = pipeline.custom = custom
+        media = await MediaStore.start(config, accounts.db)  # files, signed URLs, retention sweep (issue 22)
+        jobs = VideoJobs(pipeline, JobRows(accounts.db), accounts.guard, media, config.jobs)
+        poller = Poller(jobs)  # every replica polls the durable video jobs (jobs/poller.py)
+        poller.start()
         app.state.services = Services(
             pipeline,
             accounts.auth,
             config.server.max_body_bytes,
             json_limits(config.server),
+            media=media,
+            jobs=jobs,
         )
         try:
             yield
         finally:
+            await poller.aclose()
             await router.aclose()
             for adapter in adapters.values():
                 await adapter.aclose()
             await session.close()
+            await media.aclose()
             await accounts.aclose()
 
     routes = [Route("/health", _health, methods=["GET"]), *(r for d in dialects() for r in d.routes)]

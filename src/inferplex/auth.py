@@ -20,11 +20,12 @@ from starlette.requests import Request
 from inferplex.accounts.limits import NO_LIMITS, LimitPlan
 from inferplex.errors import PermissionDenied, Unauthenticated
 
-# The last three are Inferada's published scopes: its processors (processors/base.py SCOPES) and its pii and
-# language routes (dialects/inferada.py).
+# The last five are Inferada's published scopes: its processors (processors/base.py SCOPES), its pii and
+# language routes (dialects/inferada.py) and its audio routes (stt, tts: dialects/inferada_audio.py).
 ALL_SCOPES = frozenset(
-    {"chat", "embeddings", "images", "audio", "video", "models:read", "admin", "pii", "language", "completions"}
-)
+    {"chat", "embeddings", "images", "audio", "video", "models:read", "admin", "pii", "language", "completions",
+     "stt", "tts"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

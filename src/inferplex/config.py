@@ -76,13 +76,33 @@ class ProviderConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+_Usd = Annotated[Decimal, Field(ge=0)]
+
+
 class Pricing(_Strict):
-    """Prices in USD per million tokens (the unit every provider publishes)."""
+    """Prices in USD, per the unit each provider publishes (docs/media.md for the media units).
+
+    Tokens and characters are priced per million (so a token's price in USD per million is exactly its
+    price in micro-USD); an image, a second of audio or of video per unit. Image and audio tokens have
+    their own rates: billing an image's output tokens at the text `output` rate is a known gateway bug
+    (gpt-image's image tokens cost several times its text tokens), so an unset image rate is never the
+    text one. `image_by` and `video_second_by` price by size, quality or resolution: for an image the
+    most specific key wins (`1024x1024/hd`, then `1024x1024`, then `hd`), else `image`."""
 
     input: Decimal = Field(Decimal(0), ge=0)
     output: Decimal = Field(Decimal(0), ge=0)
     cached_input: Decimal | None = Field(None, ge=0)
     cache_write: Decimal | None = Field(None, ge=0)
+    image: Decimal | None = Field(None, ge=0)
+    image_by: dict[str, _Usd] = Field(default_factory=dict)
+    image_input: Decimal | None = Field(None, ge=0)
+    image_output: Decimal | None = Field(None, ge=0)
+    audio_input: Decimal | None = Field(None, ge=0)
+    audio_output: Decimal | None = Field(None, ge=0)
+    audio_second: Decimal | None = Field(None, ge=0)
+    character: Decimal | None = Field(None, ge=0)
+    video_second: Decimal | None = Field(None, ge=0)
+    video_second_by: dict[str, _Usd] = Field(default_factory=dict)
     free: bool = False
 
 
@@ -158,7 +178,7 @@ class RoutingStoreConfig(_Strict):
 
 class ModelConfig(_Strict):
     name: str = Field(min_length=1)
-    type: Literal["chat", "embedding"] = "chat"
+    type: Literal["chat", "embedding", "image", "speech", "transcription", "video"] = "chat"
     display_name: str | None = None
     description: str | None = None
     deployments: Annotated[list[DeploymentConfig], Field(min_length=1)]
@@ -264,6 +284,68 @@ class CustomEndpointsConfig(_Strict):
     allow_private_addresses: bool = False
 
 
+class MediaS3Config(_Strict):
+    """An S3-compatible bucket for media files (AWS S3, MinIO, Ceph, R2...): `endpoint_url` unset is AWS."""
+
+    bucket: str = Field(min_length=1)
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    access_key_id: Secret | None = None
+    secret_access_key: Secret | None = None
+    prefix: str = ""
+
+
+class MediaConfig(_Strict):
+    """Where generated media and uploads are stored, and how they are served (media_store/, docs/media.md).
+
+    `backend`: `disk` (under `dir`, default `<server.data_dir>/media`) or `s3` (the `s3:` bucket). Downloads go
+    through the gateway's own signed URLs, valid `url_ttl_s`, absolute from `public_base_url` (else the server's
+    host and port). Files are deleted `retention_s` after they were stored (null: kept), by a sweep every
+    `sweep_interval_s`. `signing_key` (a reference) signs the URLs; without one a key is generated once into
+    `<data_dir>/media_signing_key`: replicas sharing a store must share the key. Uploads are refused past
+    `max_upload_bytes`; a provider's file fetched into the store past `max_fetch_bytes`."""
+
+    backend: Literal["disk", "s3"] = "disk"
+    dir: str | None = None
+    s3: MediaS3Config | None = None
+    url_ttl_s: float = Field(3600.0, gt=0)
+    retention_s: float | None = Field(7 * 86400.0, gt=0)
+    sweep_interval_s: float = Field(300.0, gt=0)
+    max_upload_bytes: int = Field(25 * 1024 * 1024, gt=0)
+    max_fetch_bytes: int = Field(1024 * 1024 * 1024, gt=0)
+    fetch_timeout_s: float = Field(300.0, gt=0)
+    public_base_url: str | None = Field(None, pattern=r"^https?://")
+    signing_key: Secret | None = None
+
+    @model_validator(mode="after")
+    def _bucket(self) -> MediaConfig:
+        if self.backend == "s3" and self.s3 is None:
+            raise ValueError("s3: backend s3 needs the bucket (media.s3.bucket)")
+        return self
+
+
+class JobsConfig(_Strict):
+    """Durable media jobs (jobs/, docs/media.md "Video jobs"). Every replica looks for due jobs every `tick_s`
+    and polls each upstream after `poll_initial_s`, then backs off by `poll_backoff` up to `poll_max_s`; a
+    replica holds a job for `lease_s` at most per look (renewed while it downloads). A job unfinished after
+    `max_job_s` is failed and its reservation released; the orphan sweeper's bound
+    (`storage.orphan_release_s`) is above it by default, and a configured one below it is refused, or a job
+    could go unbilled. Concurrent (unfinished) video jobs per key and per account: at most
+    `max_concurrent_per_key` / `max_concurrent_per_account` (null: no limit), counted in the database, so
+    across replicas."""
+
+    tick_s: float = Field(1.0, gt=0, le=60)
+    poll_initial_s: float = Field(5.0, gt=0)
+    poll_max_s: float = Field(60.0, gt=0)
+    poll_backoff: float = Field(1.5, ge=1, le=10)
+    lease_s: float = Field(120.0, ge=0.5)
+    batch: int = Field(50, ge=1, le=1000)
+    max_job_s: float = Field(3600.0, gt=0)
+    submit_grace_s: float = Field(900.0, gt=0)
+    max_concurrent_per_key: int | None = Field(8, ge=1)
+    max_concurrent_per_account: int | None = Field(None, ge=1)
+
+
 class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     providers: list[ProviderConfig] = Field(default_factory=list)
@@ -273,6 +355,8 @@ class Config(_Strict):
     accounts: AccountsConfig = Field(default_factory=AccountsConfig)
     inferexchange: InferExchangeConfig = Field(default_factory=InferExchangeConfig)
     custom_endpoints: CustomEndpointsConfig = Field(default_factory=CustomEndpointsConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
+    jobs: JobsConfig = Field(default_factory=JobsConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Config:
@@ -293,6 +377,12 @@ class Config(_Strict):
                 if d.provider not in names:
                     raise ValueError(f"models[{i}].deployments[{j}].provider: unknown provider {d.provider!r}")
         _check_routing(self.models)
+        orphan = self.storage.orphan_release_s
+        if orphan is not None and orphan <= self.jobs.max_job_s and any(m.type == "video" for m in self.models):
+            raise ValueError(
+                f"storage.orphan_release_s: {orphan:g}s is not above jobs.max_job_s ({self.jobs.max_job_s:g}s): "
+                "a video job still running would have its reservation released, and go unbilled"
+            )
         return self
 
     def provider(self, name: str) -> ProviderConfig:
@@ -320,12 +410,13 @@ def check_pricing(config: Config, source: str) -> None:
     `inferplex config check` (not by `parse_config`, so partial configs built in code stay usable)."""
     for i, m in enumerate(config.models):
         own = "pricing" in m.model_fields_set and (
-            m.pricing.free or bool({"input", "output"} & m.pricing.model_fields_set)
+            # a token price, or a media family's unit price (per image, second, character: docs/media.md)
+            m.pricing.free or bool(m.pricing.model_fields_set - {"free", "cached_input", "cache_write"})
         )
         if not own and not all(d.pricing is not None for d in m.deployments):
             raise ConfigError(
                 f"{source}: invalid configuration\n  models[{i}].pricing: model {m.name!r} has no price: set "
-                "pricing.input and pricing.output (USD per million tokens), or pricing.free: true"
+                "pricing.input and pricing.output (USD per million tokens), a media unit's price, or pricing.free: true"
             )
 
 

@@ -73,6 +73,8 @@ class Context:
     # The usage log's response body: the buffered answer, or the chunks of a streamed one. `streamed` is
     # None unless the request's log_response_body is on (the guard sets it to a list at admission).
     response: Mapping[str, object] | None = None  # a family's buffered answer
+    # A media family's answer as its meter reads it (families/base.Meter.used): settlement bills from it.
+    answer: object = None
     streamed: list[ChatCompletionChunk] | None = None
     # The request's routing preferences, read once by the pipeline (routing/options.py); None: the defaults.
     route: RouteOptions | None = None

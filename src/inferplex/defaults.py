@@ -6,6 +6,8 @@ from typing import Any
 
 DEFAULT_CHAT_MODEL = "smollm2-135m"
 DEFAULT_EMBEDDING_MODEL = "minilm-l6"
+DEFAULT_SPEECH_MODEL = "hibari-tts"
+DEFAULT_TRANSCRIPTION_MODEL = "whisper-tiny-en"
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "providers": [{"name": "local", "kind": "local"}],
@@ -27,6 +29,24 @@ DEFAULT_CONFIG: dict[str, Any] = {
             "description": "A 384-dimension sentence embedding model that runs in-process on the CPU.",
             "deployments": [{"provider": "local", "model": "all-minilm-l6-v2"}],
             "context_window": 256,
+            "capabilities": {"tools": False, "vision": False, "json_schema": False, "streaming": False},
+            "pricing": {"free": True},
+        },
+        {
+            "name": DEFAULT_SPEECH_MODEL,
+            "type": "speech",
+            "display_name": "hibari (bundled, American English, voice heart)",
+            "description": "A 7.9 MB text-to-speech model that runs in-process on the CPU: 24 kHz speech, offline.",
+            "deployments": [{"provider": "local", "model": "hibari-tts"}],
+            "capabilities": {"tools": False, "vision": False, "json_schema": False, "streaming": False},
+            "pricing": {"free": True},
+        },
+        {
+            "name": DEFAULT_TRANSCRIPTION_MODEL,
+            "type": "transcription",
+            "display_name": "Whisper tiny.en (bundled, English, CTranslate2 int8)",
+            "description": "A speech-to-text model that runs in-process on the CPU: English audio to text, offline.",
+            "deployments": [{"provider": "local", "model": "whisper-tiny-en"}],
             "capabilities": {"tools": False, "vision": False, "json_schema": False, "streaming": False},
             "pricing": {"free": True},
         },

@@ -38,7 +38,7 @@ from inferplex.targets import Target
 from inferplex.translate.openai_shapes import aiter_chunks, completion_chunks
 
 T = TypeVar("T")
-M = TypeVar("M", bound=Mapping[str, object])  # a family's answer: a JSON object
+M = TypeVar("M")  # a family's answer: a JSON object, or what a media family answers (audio bytes)
 Iface = TypeVar("Iface")
 
 log = logging.getLogger("inferplex")
@@ -341,8 +341,10 @@ class Pipeline:
             return await invoke(self.adapter(family, target), request, target, ctx.info)
 
         response = await self._routed(ctx, resolved, admission, call)
-        ctx.usage = cast("Usage | None", response.get("usage"))
-        ctx.response = response
+        ctx.answer = response
+        if isinstance(response, Mapping):
+            ctx.usage = cast("Usage | None", response.get("usage"))
+            ctx.response = response
         await admission.settle(ctx, ctx.usage, failed=False)
         return response
 

@@ -18,6 +18,7 @@ BUILTIN = {
     "gemini": "inferplex.providers.gemini:create",
     "azure": "inferplex.providers.azure:create",
     "bedrock": "inferplex.providers.bedrock:create",
+    "replicate": "inferplex.providers.tasks:create",
 }
 
 TABLE = PluginTable("inferplex.providers", BUILTIN)

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 
 from inferplex.auth import Authenticator
 from inferplex.config import ServerConfig
+from inferplex.jobs.service import VideoJobs
 from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits
+from inferplex.media_store.store import MediaStore
 from inferplex.pipeline import Pipeline
 
 
@@ -23,6 +25,8 @@ class Services:
     auth: Authenticator
     max_body_bytes: int
     json_limits: JsonLimits = DEFAULT_LIMITS
+    media: MediaStore | None = None  # media_store/: files, signed URLs, uploads (issue 22)
+    jobs: VideoJobs | None = None  # jobs/: durable video jobs (issue 22)
 
 
 def json_limits(server: ServerConfig) -> JsonLimits:

@@ -334,55 +334,7 @@ def test_status_table_for_errors_not_reachable_without_other_issues(err: Gateway
     assert body["api_details"]["api_status"] == "error" and body["error"]["status"] == status
 
 
-# ---- media routes, and unknown routes ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "path,body",
-    [
-        (
-            "/v1/ula/generate-image",
-            {
-                "provider": "openai",
-                "model": "dall-e-3",
-                "prompt": "A futuristic city skyline at dusk, photorealistic",
-                "n": 1,
-                "size": "1024x1024",
-                "quality": "standard",
-            },
-        ),
-        (
-            "/v1/ula/generate-video",
-            {
-                "provider": "novita",
-                "model": "seedance-v1.5-pro-t2v",
-                "prompt": "A red fox running through a snowy forest",
-                "resolution": "720P",
-                "aspect_ratio": "16:9",
-                "duration": 5,
-                "fps": 24,
-                "generate_audio": True,
-            },
-        ),
-        (
-            "/v1/ula/chat/completions",
-            {
-                "provider": "openai",
-                "model": "tts-1",
-                "input": "OneInfer makes AI inference simple.",
-                "voice": "nova",
-                "response_format": "mp3",
-                "speed": 1.0,
-            },
-        ),
-    ],
-)
-def test_seed_001_media_examples_answer_501_not_yet_supported(
-    seed_gateway: GatewayServer, path: str, body: dict[str, Any]
-) -> None:
-    resp = post(seed_gateway, body, path)
-    assert_error(resp, 501, "not_yet_supported")
-    assert "not yet supported" in resp.json()["api_details"]["api_message"]
+# ---- unknown routes (the media routes: test_oneinfer_media.py) --------------------------------------------
 
 
 def test_unknown_route_and_wrong_method_under_ula_use_the_envelope(seed_gateway: GatewayServer) -> None:

@@ -23,6 +23,7 @@ from inferplex.accounts.pricing import (
     Tokens,
     cost_micros,
     estimate_output_tokens,
+    media_cost_micros,
     tokens_of,
 )
 from inferplex.config import AccountsConfig, ModelConfig, Pricing
@@ -66,8 +67,12 @@ def _tokens(ctx: Context) -> Tokens:
 
 
 def _scope(family: Any) -> str:
-    """The token scope a limit refusal names (Inferada's `scope`: chat is its `completions`)."""
-    return "completions" if family.name == "chat" else str(family.name)
+    """The token scope a limit refusal names (Inferada's `scope`: chat is its `completions`, speech its `tts`,
+    transcription and translation its `stt`)."""
+    return _SCOPES.get(family.name, str(family.name))
+
+
+_SCOPES = {"chat": "completions", "speech": "tts", "transcription": "stt", "translation": "stt"}
 
 
 def _cap_reached(found: CapReached, amount: int, request_id: str, inferada: bool) -> SpendingCapReached:
@@ -91,6 +96,17 @@ def _option(value: bool | None, default: bool) -> bool:
 class _Held:
     key: str
     holder: str
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A reservation handed over to a durable job (jobs/): the request that made it has ended, and the job's
+    row keeps this until the job completes (`AccountGuard.settle_deferred`) or fails (a release)."""
+
+    account_id: str | None
+    key_id: str | None
+    reserved: int
+    request_id: str
 
 
 class AccountGuard:
@@ -134,7 +150,7 @@ class AccountGuard:
             raise Unavailable(
                 "Credits cannot be checked right now; try again shortly.", code="store_unavailable"
             ) from None
-        return _Admission(self, model, request, reserved, held, plan)
+        return _Admission(self, family, model, request, reserved, held, plan)
 
     def _caps(
         self,
@@ -146,7 +162,8 @@ class AccountGuard:
         prompt: int,
     ) -> None:
         """Per-request caps, on the call's worst case, before anything is taken or reserved."""
-        over = plan.over_cap(prompt, family.max_output(request.body, model, self.config.default_max_tokens))
+        worst = family.max_output(request.body, model, self.config.default_max_tokens)
+        over = plan.over_cap(prompt, worst, family.unit.value)
         if over is not None:
             err = cap_refusal(*over, request_id=ctx.request_id, model=model.name, scope=_scope(family))
             err.inferada = request.options.processors.inferada
@@ -162,7 +179,7 @@ class AccountGuard:
     ) -> None:
         """Rate buckets, then concurrency slots: one store round trip when the slots are free, and a fair
         wait (FairSlots) only for a slot that is not, or that others on this replica already queue for."""
-        rates = plan.rates(prompt)
+        rates = plan.rates(prompt, call[0].unit.value)
         eager = [Hold(key, limit, ctx.request_id) for key, limit in plan.slots if not self.slots.queued(key)]
         taken: tuple[bool, ...] = ()
         if rates or eager:
@@ -198,8 +215,12 @@ class AccountGuard:
         p = ctx.principal
         if p.account_id is None:
             return 0
-        tokens = Tokens(prompt, family.max_output(request.body, model, self.config.default_max_tokens))
-        amount = max(cost_micros(price, tokens) for price in worst_case_price(model))
+        if family.meter is not None:
+            tokens, media = family.meter.worst(request.body, model)
+            amount = max(media_cost_micros(price, tokens, media) for price in worst_case_price(model))
+        else:
+            tokens = Tokens(prompt, family.max_output(request.body, model, self.config.default_max_tokens))
+            amount = max(cost_micros(price, tokens) for price in worst_case_price(model))
         if amount <= 0:
             return 0
         balance = await self.ledger.reserve(p.account_id, amount, request_id=ctx.request_id, key_id=p.key_id)
@@ -213,6 +234,28 @@ class AccountGuard:
                 code="insufficient_credits",
             )
         return amount
+
+    async def settle_deferred(self, held: Deferred, cost: int | None, usage: dict[str, Any]) -> None:
+        """Settle a job's reservation at `cost` (None: release it, the job failed or was cancelled), at most
+        once per request id whoever calls it and however often: through `Ledger.replay`, which skips a request
+        that already has a settlement (so a replica that died after settling and before marking its row
+        settled costs nothing twice), under the account's row lock. A usage row is logged (`usage`: model,
+        provider, deployment, status, tags...). Raises when the database cannot be reached: the caller tries
+        again later."""
+        if held.account_id is not None and held.reserved:
+            actual = cost or 0
+            note = "released: job failed or cancelled" if cost is None else "settled: job completed"
+            move = {"account_id": held.account_id, "amount": held.reserved - actual, "request_id": held.request_id,
+                    "key_id": held.key_id, "note": note, "if_reserved": True, "hold": -held.reserved,
+                    "spend": actual}  # fmt: skip
+            await self.ledger.replay([move])
+        row: dict[str, Any] = {
+            "request_id": held.request_id, "created_at": time.time(), "key_id": held.key_id,
+            "account_id": held.account_id, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
+            "estimated": 0, "cost_micros": cost or 0, "total_ms": 0.0, "upstream_ms": 0.0, "ttft_ms": None,
+            "queued_ms": 0.0, "tags": [], "end_user": None, "request_body": None, "response_body": None,
+        }  # fmt: skip
+        self.usage.record({**row, **usage})
 
     async def _release(self, held: list[_Held]) -> None:
         for h in held:
@@ -267,6 +310,7 @@ class _Admission:
     def __init__(
         self,
         guard: AccountGuard,
+        family: Family[Any, Any, Any],
         model: ModelConfig,
         request: GatewayRequest[Any],
         reserved: int,
@@ -274,6 +318,7 @@ class _Admission:
         plan: LimitPlan,
     ) -> None:
         self.guard = guard
+        self.family = family
         self.model = model
         self.request = request
         self.reserved = reserved
@@ -282,9 +327,16 @@ class _Admission:
         self.admitted_at = time.monotonic()  # a rolling window's correction lands where admission counted
 
     async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
-        tokens = Tokens() if failed else _tokens(ctx) if usage is None else tokens_of(usage)
         price = price_for(ctx.target, ctx.service_tier) if ctx.target is not None else self.model.pricing
-        cost = 0 if failed else cost_micros(price, tokens)
+        meter = self.family.meter
+        if failed:
+            tokens, cost = Tokens(), 0
+        elif meter is not None:
+            tokens, media = meter.used(self.request.body, ctx.answer)
+            cost = media_cost_micros(price, tokens, media)
+        else:
+            tokens = _tokens(ctx) if usage is None else tokens_of(usage)
+            cost = cost_micros(price, tokens)
         ctx.cost_micros = cost
         status = 200
         if failed:
@@ -298,6 +350,21 @@ class _Admission:
             await self._book(ctx, tokens, cost, status, corrections)
         else:  # nothing for a store
             self.guard._log(ctx, self.model, self.request, status, tokens, cost)
+
+    def defer(self, ctx: Context) -> Deferred:
+        """End the request but not its reservation: slots are given back now, and what the job's row must
+        keep to settle the reservation later (`AccountGuard.settle_deferred`) is returned. Instead of
+        `settle`, for a request that started a durable job (a video)."""
+        g, p = self.guard, ctx.principal
+        if self.held:
+            finished = g.limits.finish([], [(h.key, h.holder) for h in self.held])
+            released = partial(_released, g.slots, [h.key for h in self.held])
+            if finished.done():
+                released(finished)
+            else:
+                finished.add_done_callback(released)
+            self.held = []
+        return Deferred(p.account_id, p.key_id, self.reserved if p.account_id is not None else 0, ctx.request_id)
 
     def _books(self, ctx: Context, corrections: list[Rate], cost: int) -> bool:
         """Whether settlement has to touch a store: the ledger, a token bucket or a concurrency slot."""

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from inferplex.errors import RateLimited
 from inferplex.limits import Rate
@@ -28,11 +28,15 @@ WINDOW_S = 60.0
 WINDOW_SLOTS = 60
 INT64_MAX = 2**63 - 1
 
-Metric = Literal["tokens", "prompt_tokens", "completion_tokens", "requests"]
+Metric = Literal[
+    "tokens", "prompt_tokens", "completion_tokens", "requests", "audio_duration_seconds", "characters_synthesised"
+]
 Period = Literal["minute", "day", "week", "month"]
 PERIODS: dict[str, float] = {"minute": 60.0, "day": 86_400.0, "week": 604_800.0, "month": 2_592_000.0}
-# Inferada's audio metrics need an audio family to measure them (the media issue): refused until then.
-LATER_METRICS = ("audio_duration_seconds", "characters_synthesised")
+# Inferada's audio metrics, each counted in one family unit (families/base.Unit): the seconds of audio a
+# transcription or translation sends (its worst case, the file's measured duration), the characters a speech
+# request reads; any other request counts 0 against them. Not corrected at settlement (worst = used).
+AUDIO_METRICS = {"audio_duration_seconds": "seconds", "characters_synthesised": "characters"}
 # Inferada's names for the levels, used in its 429 body (ours: model, account, key, user).
 INFERADA_LEVEL = {"model": "model", "acct": "organisation", "key": "token", "user": "user"}
 
@@ -46,13 +50,6 @@ class LimitRule(BaseModel):
     period: Period
     max: int = Field(gt=0, le=INT64_MAX)
     per_request: bool = False
-
-    @field_validator("metric", mode="before")
-    @classmethod
-    def _not_yet(cls, value: Any) -> Any:
-        if value in LATER_METRICS:
-            raise ValueError(f"metric {value!r} is not supported yet (it comes with the audio routes)")
-        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,20 +158,20 @@ class LimitPlan:
                 _add(buckets, caps, "user", rule, f"{name}:user:{who}:{rule.metric}:{rule.period}:{rule.max}")
         return LimitPlan(tuple(buckets), self.slots, tuple(caps), self.user_rules)
 
-    def over_cap(self, prompt: int, max_output: int) -> tuple[Cap, int] | None:
+    def over_cap(self, prompt: int, max_output: int, unit: str = "tokens") -> tuple[Cap, int] | None:
         """The first per-request cap this call's worst case (the prompt estimate plus the most it may
         generate) exceeds, with that worst case; None when every cap holds."""
         for cap in self.caps:
-            worst = _amount(cap.rule.metric, prompt, max_output)
+            worst = _amount(cap.rule.metric, prompt, max_output, unit)
             if worst > cap.rule.max:
                 return cap, worst
         return None
 
-    def rates(self, tokens: int) -> list[Rate]:
+    def rates(self, tokens: int, unit: str = "tokens") -> list[Rate]:
         """What admitting a request takes: one from each requests bucket, the prompt estimate from each
         tokens and prompt_tokens bucket, and one token from each completion_tokens bucket (so a full bucket
         refuses; the real count is charged at settlement)."""
-        return [Rate(b.key, admitted(b.metric, tokens), b.limit, b.window_s, b.slots) for b in self.buckets]
+        return [Rate(b.key, admitted(b.metric, tokens, unit), b.limit, b.window_s, b.slots) for b in self.buckets]
 
     def corrections(self, estimate: int, prompt: int, completion: int, age_s: float) -> list[Rate]:
         """What settling takes: each token rule's bucket moved from what admission charged it to the real
@@ -186,7 +183,7 @@ class LimitPlan:
         for b in self.buckets:
             if b.legacy and b.tokens:  # tpm as it always counted: the admitted estimate, then the output
                 delta = completion
-            elif b.tokens:
+            elif b.tokens and b.metric not in AUDIO_METRICS:
                 delta = _amount(b.metric, prompt, completion) - admitted(b.metric, estimate)
             else:
                 continue
@@ -207,13 +204,17 @@ class LimitPlan:
         )
 
 
-def admitted(metric: str, prompt: int) -> int:
+def admitted(metric: str, prompt: int, unit: str = "tokens") -> int:
+    if metric in AUDIO_METRICS:
+        return prompt if AUDIO_METRICS[metric] == unit else 0
     if metric == "requests" or metric == "completion_tokens":
         return 1
     return prompt
 
 
-def _amount(metric: str, prompt: int, completion: int) -> int:
+def _amount(metric: str, prompt: int, completion: int, unit: str = "tokens") -> int:
+    if metric in AUDIO_METRICS:
+        return prompt if AUDIO_METRICS[metric] == unit else 0
     if metric == "requests":
         return 1
     if metric == "prompt_tokens":

@@ -14,7 +14,9 @@ from typing_extensions import TypedDict
 class LimitRuleView(TypedDict):
     """One of Inferada's rate-limit rules (docs/accounts.md)."""
 
-    metric: Literal["tokens", "prompt_tokens", "completion_tokens", "requests"]
+    metric: Literal[
+        "tokens", "prompt_tokens", "completion_tokens", "requests", "audio_duration_seconds", "characters_synthesised"
+    ]
     period: Literal["minute", "day", "week", "month"]
     max: int
     per_request: bool

@@ -47,8 +47,8 @@ SERVICE_SCOPES = {
     "completions": ("completions", "chat"),
     "pii": ("pii",),
     "language": ("language",),
-    "stt": ("audio",),
-    "tts": ("audio",),
+    "stt": ("stt", "audio"),
+    "tts": ("tts", "audio"),
 }
 
 
@@ -69,9 +69,22 @@ def error_body(err: GatewayError) -> dict[str, Any]:
 # ---- services ---------------------------------------------------------------------------------------------
 
 
+def _audio(services: Services, scope: str, kind: str) -> list[InferadaService]:
+    """Each configured model of `kind` as a service of `scope`, by its name (the first the default); none
+    configured: the scope listed once, inactive, so a client sees it and that it cannot use it."""
+    found = [m.name for m in services.pipeline.catalog.models if m.type == kind]
+    if not found:
+        return [{"id": f"inferplex-{scope}", "scope": scope, "name": f"{kind.capitalize()} (no model configured)",
+                 "active": False, "is_default": False}]  # fmt: skip
+    return [
+        {"id": name, "scope": scope, "name": f"{kind.capitalize()}: {name}", "active": True, "is_default": i == 0}
+        for i, name in enumerate(found)
+    ]
+
+
 def offered(services: Services) -> list[InferadaService]:
-    """What the gateway offers per Inferada scope: one built-in service each; speech is listed, inactive,
-    until the media issue lands, so a client sees the scope and that it cannot use it yet."""
+    """What the gateway offers per Inferada scope: one built-in service each for chat, pii and language; each
+    speech (tts) and transcription (stt) model as a service of its own (dialects/inferada_audio.py)."""
     chat = sum(1 for m in services.pipeline.catalog.models if m.type == "chat")
     return [
         {"id": "inferplex-completions", "scope": "completions", "name": "Chat completions (the configured models)",
@@ -80,10 +93,8 @@ def offered(services: Services) -> list[InferadaService]:
          "active": True, "is_default": True},
         {"id": "inferplex-language", "scope": "language", "name": "Spelling correction (built-in dictionaries)",
          "active": True, "is_default": True},
-        {"id": "inferplex-stt", "scope": "stt", "name": "Speech-to-text (not available yet)", "active": False,
-         "is_default": False},
-        {"id": "inferplex-tts", "scope": "tts", "name": "Text-to-speech (not available yet)", "active": False,
-         "is_default": False},
+        *_audio(services, "stt", "transcription"),
+        *_audio(services, "tts", "speech"),
     ]  # fmt: skip
 
 

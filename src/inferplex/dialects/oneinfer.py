@@ -39,26 +39,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from inferplex.accounts import tokens
 from inferplex.accounts.wiring import AccountServices
-from inferplex.canonical import ChatRequest, most_telling, parse
+from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog
 from inferplex.config import ModelConfig
 from inferplex.context import Context
+from inferplex.dialects import oneinfer_media
 from inferplex.dialects.answer import answer_chat
-from inferplex.dialects.failure import error_headers, stream_failure
+from inferplex.dialects.failure import stream_failure
 from inferplex.dialects.forms import FieldKind, read_form
+from inferplex.dialects.oneinfer_envelope import error_envelope, render_error, status_for
+from inferplex.dialects.oneinfer_envelope import schema_error as _schema_error
+from inferplex.dialects.oneinfer_envelope import success as _success
+from inferplex.dialects.oneinfer_envelope import validated as _validated
 from inferplex.dialects.openai import price_card
 from inferplex.dialects.registry import Dialect, Rendering
-from inferplex.edge import Handler, endpoint, json_response, read_json
+from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, PermissionDenied, Unauthenticated, UnsupportedMediaType
 from inferplex.families.chat import CHAT
 from inferplex.gateway_request import ROUTING_KEYS, Flags, GatewayRequest, RoutingFields, flags, options, split
@@ -82,66 +86,9 @@ FORM_FIELDS: dict[str, FieldKind] = {
     "max_tokens": "int",
     "stream": "bool",
 }
-M = TypeVar("M", bound=BaseModel)
-# Error codes the credit ledger may use for "not enough balance"; OneInfer answers those with a 403.
-CREDIT_CODES = frozenset({"insufficient_credit", "insufficient_credits", "insufficient_balance", "insufficient_quota"})
-
-
-class NotYetSupported(GatewayError):
-    status = 501
-    type = "not_implemented_error"
-    code = "not_yet_supported"
-
-
-# ---- errors -----------------------------------------------------------------------------------------------
-
-
-def status_for(err: GatewayError) -> int:
-    """The gateway's status read through OneInfer's table (see the module docstring)."""
-    if err.status == 402 or err.code in CREDIT_CODES:
-        return 403
-    if err.status == 404:
-        return 400
-    return err.status
-
-
-def error_envelope(err: GatewayError, status: int) -> dict[str, Any]:
-    return {
-        "api_details": {"api_status": "error", "api_message": err.message},
-        "data": {},
-        "error": {"status": status, "code": err.code, "type": err.type, "message": err.message, "param": err.param},
-    }
-
-
-def render_error(err: GatewayError, ctx: Context) -> Response:
-    status = status_for(err)
-    return json_response(error_envelope(err, status), error_headers(err, ctx), status)
-
-
-def _schema_error(message: str, param: str | None = None) -> InvalidRequest:
-    return InvalidRequest(message, param=param, status=422, code="schema_validation_error")
 
 
 # ---- request ----------------------------------------------------------------------------------------------
-
-
-def _is_type_error(kind: str) -> bool:
-    return kind.endswith("_type") or kind in ("int_from_float", "is_instance_of", "union_tag_invalid")
-
-
-def _validated(model: type[M], data: dict[str, Any]) -> M:
-    """`data` as `model`, or the first problem as a 400 (bad value) or 422 (wrong type), field named."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        kind = most_telling(exc.errors())["type"]  # the error `parse` reports
-    try:
-        parse(model, data)  # raises the canonical 400 naming the field
-    except InvalidRequest as err:
-        if _is_type_error(kind):
-            err.status, err.code = 422, "schema_validation_error"
-        raise
-    raise AssertionError("unreachable: the request failed validation once")  # pragma: no cover
 
 
 def parse_chat(full: dict[str, Any], found: dict[str, Any], checked: Flags) -> GatewayRequest[ChatRequest]:
@@ -167,10 +114,6 @@ def to_canonical(body: Any, catalog: Catalog) -> tuple[dict[str, Any], dict[str,
     checked."""
     if not isinstance(body, dict):
         raise _schema_error("The request body must be a JSON object.")
-    if "messages" not in body and "input" in body:
-        raise NotYetSupported(
-            "Text-to-speech (a request with 'input' instead of 'messages') is not yet supported by this gateway."
-        )
     found = split(body)
     try:
         checked = flags(found)  # the gateway's own options (tags, log flags), as on the OpenAI routes
@@ -272,9 +215,10 @@ async def render_stream(stream: ChatStream) -> AsyncIterator[bytes]:
 async def chat_completions(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     catalog = services.pipeline.catalog
-    full, found, checked = to_canonical(
-        await read_body(request, services.max_body_bytes, services.json_limits), catalog
-    )
+    body = await read_body(request, services.max_body_bytes, services.json_limits)
+    if oneinfer_media.is_speech(body):  # seed 001's text-to-speech example: `input` and `voice`, no `messages`
+        return await oneinfer_media.chat_speech(request, body, ctx)
+    full, found, checked = to_canonical(body, catalog)
     return await answer_chat(DIALECT, services, parse_chat(full, found, checked), ctx)
 
 
@@ -284,10 +228,6 @@ def _chat_result(response: ChatCompletion, request: GatewayRequest[ChatRequest],
 
 def _chat_stream(stream: ChatStream, request: GatewayRequest[ChatRequest], ctx: Context) -> Response:
     return SSEResponse(render_stream(stream), ctx.headers())  # type: ignore[return-value]
-
-
-def _success(message: str, data: Any) -> dict[str, Any]:
-    return {"api_details": {"api_status": "success", "api_message": message}, "data": data, "error": {}}
 
 
 # ---- keys and tokens --------------------------------------------------------------------------------------
@@ -355,13 +295,6 @@ async def list_models(request: Request, ctx: Context) -> Response:
     return json_response(_success(MODELS_MESSAGE, data), ctx.headers())
 
 
-def _not_yet(what: str) -> Handler:
-    async def handler(request: Request, ctx: Context) -> Response:
-        raise NotYetSupported(f"{what} is not yet supported by this gateway.")
-
-    return handler
-
-
 routes = [
     Route("/v1/ula/chat/completions", endpoint(render_error, chat_completions, "chat", "oneinfer"), methods=["POST"]),
     Route(
@@ -370,16 +303,7 @@ routes = [
         methods=["POST"],
     ),
     Route("/v1/ula/models", endpoint(render_error, list_models, "models:read", "oneinfer"), methods=["GET"]),
-    Route(
-        "/v1/ula/generate-image",
-        endpoint(render_error, _not_yet("Image generation"), "images", "oneinfer"),
-        methods=["POST"],
-    ),
-    Route(
-        "/v1/ula/generate-video",
-        endpoint(render_error, _not_yet("Video generation"), "video", "oneinfer"),
-        methods=["POST"],
-    ),
+    *oneinfer_media.routes,
 ]
 
 

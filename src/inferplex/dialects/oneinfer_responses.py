@@ -94,7 +94,7 @@ class OneInferModel(TypedDict):
     display_name: str
     description: str
     providers: list[str]
-    kind: Literal["chat", "embedding"]
+    kind: Literal["chat", "embedding", "image", "speech", "transcription", "video"]  # config ModelConfig.type
     context_length: int | None
     max_output_tokens: int | None
     pricing: OneInferModelPricing

@@ -24,6 +24,7 @@ from inferplex.accounts.guard import add_cost
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import ModelConfig, Pricing
 from inferplex.context import Context
+from inferplex.dialects import inferada_audio, openai_audio, openai_images, openai_videos
 from inferplex.dialects.answer import answer, answer_chat
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.registry import Dialect, Rendering
@@ -32,6 +33,7 @@ from inferplex.errors import GatewayError, NotFound
 from inferplex.families.chat import CHAT
 from inferplex.families.embeddings import EMBEDDINGS
 from inferplex.gateway_request import GatewayRequest, parse_request
+from inferplex.media_store import routes as media_routes
 from inferplex.pipeline import ChatStream
 from inferplex.processors.chain import stream_by_default
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Timings
@@ -128,7 +130,13 @@ def _embeddings_result(response: EmbeddingList, request: GatewayRequest[Embeddin
 
 
 # How the OpenAI-shaped dialects (this one, Unify's, InferExchange's) answer each family.
-RENDERS = {CHAT.name: Rendering(_chat_result, _chat_stream), EMBEDDINGS.name: Rendering(_embeddings_result)}
+RENDERS = {
+    CHAT.name: Rendering(_chat_result, _chat_stream),
+    EMBEDDINGS.name: Rendering(_embeddings_result),
+    **openai_audio.RENDERS,
+    **openai_images.RENDERS,
+    **openai_videos.RENDERS,
+}
 
 
 def price_card(p: Pricing) -> dict[str, Any]:
@@ -229,6 +237,10 @@ routes = [
     Route("/v1/models", endpoint(render_error, list_models, "models:read"), methods=["GET"]),
     Route("/v1/models/{model_id:path}", endpoint(render_error, get_model, "models:read"), methods=["GET"]),
     Route("/v1/endpoints", endpoint(render_error, list_endpoints, "models:read"), methods=["GET"]),
+    *inferada_audio.routes,  # OpenAI's audio routes, with Inferada's rules for its clients
+    *openai_images.routes,
+    *openai_videos.routes,
+    *media_routes.routes,
 ]
 
 

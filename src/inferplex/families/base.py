@@ -10,8 +10,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from inferplex.accounts.pricing import Media, Tokens
 from inferplex.config import ModelConfig
 from inferplex.gateway_request import GatewayRequest
 from inferplex.providers.base import CallInfo
@@ -32,6 +33,18 @@ class Unit(enum.Enum):
     CHARACTERS = "characters"
 
 
+class Meter(Protocol):
+    """How a family not priced in tokens alone counts what it bills (`accounts/pricing.media_cost_micros`).
+
+    `worst` is what the guard reserves before the call (every image at the largest size asked for, the
+    whole of the input text read aloud, all the seconds of video asked for); `used` what the answer
+    reports it produced, which settlement bills. A family without a meter is priced in tokens."""
+
+    def worst(self, request: Any, model: ModelConfig) -> tuple[Tokens, Media]: ...
+
+    def used(self, request: Any, answer: Any) -> tuple[Tokens, Media]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Family(Generic[Req, Iface, Res]):
     """One endpoint family: requests of type `Req` (the canonical body), served by adapters implementing
@@ -46,6 +59,7 @@ class Family(Generic[Req, Iface, Res]):
     `invoke` is the one call of an attempt (`adapter.embed(request, target, info)`), which is all
     `Pipeline.run` needs to resolve, admit, route and settle the family; None for chat, whose processors and
     streams take their own path (`Pipeline.chat`, `chat_stream`), and for token counting, which is not routed.
+    `meter` prices a media family (images, seconds, characters); None for a family priced in tokens.
     """
 
     name: str
@@ -57,6 +71,7 @@ class Family(Generic[Req, Iface, Res]):
     invoke: Callable[[Iface, GatewayRequest[Any], Target, CallInfo], Awaitable[Res]] | None = None
     required: bool = True
     billed: bool = True
+    meter: Meter | None = None
 
     def supported_by(self, adapter: Any) -> bool:
         return isinstance(adapter, self.interface)

@@ -15,9 +15,24 @@ from inferplex.config import Config, ConfigError
 from inferplex.families.base import Family
 from inferplex.families.chat import CHAT
 from inferplex.families.embeddings import EMBEDDINGS
+from inferplex.families.images import IMAGE_EDITS, IMAGE_VARIATIONS, IMAGES
+from inferplex.families.speech import SPEECH
 from inferplex.families.token_count import TOKEN_COUNT
+from inferplex.families.transcription import TRANSCRIPTION, TRANSLATION
+from inferplex.families.videos import VIDEOS
 
-FAMILIES: tuple[Family[Any, Any, Any], ...] = (CHAT, EMBEDDINGS, TOKEN_COUNT)
+FAMILIES: tuple[Family[Any, Any, Any], ...] = (
+    CHAT,
+    EMBEDDINGS,
+    TOKEN_COUNT,
+    SPEECH,
+    TRANSCRIPTION,
+    TRANSLATION,
+    VIDEOS,
+    IMAGES,
+    IMAGE_EDITS,
+    IMAGE_VARIATIONS,
+)
 
 
 def model_types() -> set[str]:

