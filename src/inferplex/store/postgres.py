@@ -225,7 +225,10 @@ class PostgresDatabase(Database):
                 await conn.invalidate()
             raise
         finally:
-            await conn.close()
+            # A call cancelled (or timed out) while the connection was being opened has none to close: closing
+            # it would raise, and replace the cancellation the caller has to see (a loop that stops on it).
+            if conn.sync_connection is not None:
+                await conn.close()
 
     async def migrate(self) -> None:
         # A connection of its own, without the per-call deadline: a migration (an index built on a long

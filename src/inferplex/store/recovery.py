@@ -35,11 +35,15 @@ ORPHAN_MARGIN_S = 600.0  # beyond the longest request deadline: a spooled settle
 
 
 def orphan_bound(config: Config) -> float:
-    """`storage.orphan_release_s`, or the longest a request may run (the largest `routing.max_deadline`,
-    which caps every request's deadline, queueing and stream included) plus `ORPHAN_MARGIN_S`."""
+    """`storage.orphan_release_s`, or the longest a reservation may rightly stay open plus `ORPHAN_MARGIN_S`:
+    a request's (the largest `routing.max_deadline`, which caps every request's deadline, queueing and stream
+    included) or, with video models, a durable job's (`jobs.max_job_s`), so no running job is released
+    (and left unbilled) under its feet. Config refuses an `orphan_release_s` below a job's bound."""
     if config.storage.orphan_release_s is not None:
         return config.storage.orphan_release_s
     longest = max((m.routing.max_deadline for m in config.models), default=3600.0)
+    if any(m.type == "video" for m in config.models):
+        longest = max(longest, config.jobs.max_job_s)
     return longest + ORPHAN_MARGIN_S
 
 
