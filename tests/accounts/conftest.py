@@ -7,6 +7,7 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +39,21 @@ def _pg(statement: str) -> None:
         pool.submit(asyncio.run, run()).result()
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    """A PostgreSQL database of our own (`inferplex_test_<random>`), dropped afterwards."""
-    name = "inferplex_test_" + secrets.token_hex(6)
+@contextmanager
+def own_database(prefix: str = "inferplex_test_") -> Iterator[str]:
+    """A PostgreSQL database of our own (`<prefix><random>`), dropped afterwards: its URL."""
+    name = prefix + secrets.token_hex(6)
     _pg(f'CREATE DATABASE "{name}"')
     try:
         yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
     finally:
         _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    with own_database() as url:
+        yield url
 
 
 @pytest.fixture

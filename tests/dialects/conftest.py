@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 # test_unify_api.py reads the usage store on each engine.
-from tests.accounts.conftest import migrated_db  # noqa: F401
+from tests.accounts.conftest import Admin, migrated_db  # noqa: F401
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -114,3 +114,11 @@ def seed_gateway(
     data_dir = str(tmp_path_factory.mktemp("seed-gateway"))
     with GatewayServer(seed_config(fake_openai, seed_anthropic, byok_openai, data_dir)) as server:
         yield server
+
+
+@pytest.fixture
+def admin(server: GatewayServer) -> Iterator[Admin]:
+    """The admin API of the module's own `server` (each module that asks for it defines its gateway)."""
+    a = Admin(server.url, server.master_key)
+    yield a
+    a.close()

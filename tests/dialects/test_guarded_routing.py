@@ -44,13 +44,6 @@ def server(
         yield gw
 
 
-@pytest.fixture
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def oneinfer(server: GatewayServer, key: str, **extra: Any) -> httpx.Response:
     body = {"provider": "openai", "model": "gpt-4o-mini", "messages": USER, **extra}
     return httpx.post(

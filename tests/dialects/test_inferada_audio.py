@@ -57,13 +57,6 @@ def server(fake: FakeOpenAIAudio, tmp_path_factory: pytest.TempPathFactory) -> I
         yield gw
 
 
-@pytest.fixture
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def key(admin: Admin, *scopes: str, **body: Any) -> str:
     made: str = admin.create_key(scopes=list(scopes), credits_micros=10**7, **body)["key"]
     return made

@@ -91,13 +91,6 @@ def server(fakes: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> I
         yield gw
 
 
-@pytest.fixture
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def new_key(admin: Admin, scopes: list[str]) -> Any:
     """A key with these scopes and an account of its own with credit."""
     return admin.create_key(scopes=scopes, credits_micros=10**7)

@@ -187,35 +187,7 @@ class FakeBedrock(FakeServer):
         ]
 
     def _signature_error(self, request: web.Request, raw: bytes) -> str | None:
-        auth = request.headers.get("Authorization", "")
-        if auth.startswith("Bearer "):  # a Bedrock API key
-            return (
-                None
-                if auth == "Bearer " + self.api_key
-                else "Invalid API Key format: Must start with pre-defined prefix"
-            )
-        if not auth.startswith("AWS4-HMAC-SHA256 "):
-            return "Missing Authentication Token"
-        fields = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 ") :].split(","))
-        scope = fields["Credential"].split("/")
-        if scope[0] != self.credentials.access_key:
-            return "The security token included in the request is invalid."
-        if scope[2:4] != [self.region, "bedrock"]:
-            return f"Credential should be scoped to a valid region and service 'bedrock', not {scope[2:4]}."
-        signed = fields["SignedHeaders"].split(";")
-        headers = {h: request.headers[h] for h in signed if h != "host"}
-        aws = AWSRequest(
-            method="POST", url=f"http://{request.headers['host']}{request.raw_path}", data=raw, headers=headers
-        )
-        aws.context["timestamp"] = request.headers["x-amz-date"]
-        signer = SigV4Auth(self.credentials, "bedrock", self.region)
-        expected = signer.signature(signer.string_to_sign(aws, signer.canonical_request(aws)), aws)
-        if expected != fields["Signature"]:
-            return (
-                "The request signature we calculated does not match the signature you provided. Check your AWS "
-                "Secret Access Key and signing method."
-            )
-        return None
+        return sigv4_error(request, raw, self.credentials, self.region, self.api_key)
 
     async def converse(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
@@ -294,3 +266,30 @@ class FakeBedrock(FakeServer):
         for k in range(0, len(data), 37):  # frames split across reads, as TCP does
             await resp.write(data[k : k + 37])
         return resp
+
+
+def sigv4_error(request: web.Request, raw: bytes, credentials: Any, region: str, api_key: str) -> str | None:
+    """Why Bedrock would refuse the request's authentication (its own message), or None: SigV4 recomputed by
+    botocore from the secret key, for any method, or a Bedrock API key as a bearer token."""
+    auth = request.headers.get("Authorization", "")
+    if auth.startswith("Bearer "):  # a Bedrock API key
+        return None if auth == "Bearer " + api_key else "Invalid API Key format: Must start with pre-defined prefix"
+    if not auth.startswith("AWS4-HMAC-SHA256 "):
+        return "Missing Authentication Token"
+    fields = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 ") :].split(","))
+    scope = fields["Credential"].split("/")
+    if scope[0] != credentials.access_key:
+        return "The security token included in the request is invalid."
+    if scope[2:4] != [region, "bedrock"]:
+        return f"Credential should be scoped to a valid region and service 'bedrock', not {scope[2:4]}."
+    headers = {h: request.headers[h] for h in fields["SignedHeaders"].split(";") if h != "host"}
+    url = f"http://{request.headers['host']}{request.raw_path}"
+    aws = AWSRequest(method=request.method, url=url, data=raw, headers=headers)
+    aws.context["timestamp"] = request.headers["x-amz-date"]
+    signer = SigV4Auth(credentials, "bedrock", region)
+    if signer.signature(signer.string_to_sign(aws, signer.canonical_request(aws)), aws) != fields["Signature"]:
+        return (
+            "The request signature we calculated does not match the signature you provided. Check your AWS "
+            "Secret Access Key and signing method."
+        )
+    return None

@@ -31,11 +31,9 @@ from urllib.parse import unquote
 
 import orjson
 from aiohttp import web
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from tests.fakes.bedrock_upstream import error
+from tests.fakes.bedrock_upstream import error, sigv4_error
 from tests.fakes.gemini_videos_upstream import mp4
 from tests.fakes.server import FakeServer
 
@@ -180,33 +178,7 @@ class FakeBedrockVideos(FakeServer):
         ]
 
     def signature_error(self, request: web.Request, raw: bytes) -> str | None:
-        """SigV4 recomputed by botocore from the secret key (any method), or a Bedrock API key."""
-        auth = request.headers.get("Authorization", "")
-        if auth.startswith("Bearer "):
-            return (
-                None
-                if auth == "Bearer " + self.api_key
-                else "Invalid API Key format: Must start with pre-defined prefix"
-            )
-        if not auth.startswith("AWS4-HMAC-SHA256 "):
-            return "Missing Authentication Token"
-        fields = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 ") :].split(","))
-        scope = fields["Credential"].split("/")
-        if scope[0] != self.credentials.access_key:
-            return "The security token included in the request is invalid."
-        if scope[2:4] != [self.region, "bedrock"]:
-            return f"Credential should be scoped to a valid region and service 'bedrock', not {scope[2:4]}."
-        headers = {h: request.headers[h] for h in fields["SignedHeaders"].split(";") if h != "host"}
-        url = f"http://{request.headers['host']}{request.raw_path}"
-        aws = AWSRequest(method=request.method, url=url, data=raw, headers=headers)
-        aws.context["timestamp"] = request.headers["x-amz-date"]
-        signer = SigV4Auth(self.credentials, "bedrock", self.region)
-        if signer.signature(signer.string_to_sign(aws, signer.canonical_request(aws)), aws) != fields["Signature"]:
-            return (
-                "The request signature we calculated does not match the signature you provided. Check your AWS "
-                "Secret Access Key and signing method."
-            )
-        return None
+        return sigv4_error(request, raw, self.credentials, self.region, self.api_key)
 
     def _refused(self, request: web.Request, raw: bytes) -> web.Response | None:
         if msg := self.signature_error(request, raw):

@@ -74,11 +74,14 @@ def verify(secret: bytes, token: str, now: float) -> Claims | None:
     return claims if claims.expires_at > now else None
 
 
-def load_secret(configured: str | None, data_dir: str) -> bytes:
-    """The configured secret, else one generated on first start and kept (0600) in the data directory."""
+def load_secret(
+    configured: str | None, data_dir: str, file: str = "token_secret", setting: str = "accounts.token_secret"
+) -> bytes:
+    """The configured secret, else one generated on first start and kept (0600) in the data directory as
+    `file` (the token secret; the media store's URL signing key): replicas sharing a data directory share it."""
     if configured:
         return configured.encode()
-    path = Path(data_dir) / "token_secret"
+    path = Path(data_dir) / file
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -93,4 +96,4 @@ def load_secret(configured: str | None, data_dir: str) -> bytes:
         if text:
             return text.encode()
         time.sleep(0.01)
-    raise RuntimeError(f"{path} is empty: delete it or configure accounts.token_secret")
+    raise RuntimeError(f"{path} is empty: delete it or configure {setting}")

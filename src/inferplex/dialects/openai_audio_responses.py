@@ -12,6 +12,7 @@ from typing import Any, Literal, NotRequired
 from typing_extensions import TypedDict
 
 from inferplex.dialects.openai_responses import Cost
+from inferplex.families.transcription import Word
 
 
 class TranscriptUsageDuration(TypedDict):
@@ -49,12 +50,6 @@ class TranscriptionSegment(TypedDict):
     no_speech_prob: float
 
 
-class TranscriptionWord(TypedDict):
-    word: str
-    start: float
-    end: float
-
-
 class TranscriptionVerboseJson(TypedDict):
     """response_format verbose_json: `segments` with the `segment` granularity (the default), `words` with
     `word`."""
@@ -64,7 +59,7 @@ class TranscriptionVerboseJson(TypedDict):
     duration: float
     text: str
     segments: NotRequired[list[TranscriptionSegment]]
-    words: NotRequired[list[TranscriptionWord]]
+    words: NotRequired[list[Word]]
     usage: NotRequired[TranscriptUsageDuration | TranscriptUsageTokens]
     cost: NotRequired[Cost]
 
@@ -77,7 +72,7 @@ class TranscriptionAnswer(TypedDict):
     language: NotRequired[str]
     duration: NotRequired[float]
     segments: NotRequired[list[dict[str, Any]]]
-    words: NotRequired[list[TranscriptionWord]]
+    words: NotRequired[list[Word]]
     usage: NotRequired[TranscriptUsageTokens | TranscriptUsageDuration]
     logprobs: NotRequired[list[dict[str, Any]]]
     cost: NotRequired[Cost]

@@ -24,6 +24,7 @@ import re
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -320,6 +321,23 @@ IMAGE_VARIATIONS: Family[ImageVariationRequest, Any, ImagesAnswer] = Family(
     required=False,
     meter=METER,
 )
+
+
+def size_ratio(size: str | None, ratios: tuple[str, ...]) -> str | None:
+    """An OpenAI size (`WxH`) as one of the aspect ratios (`W:H`, reduced) a provider makes instead of sizes
+    (Gemini's image models, Fireworks' FLUX); None for `auto`; a 400 naming `size` for any other."""
+    if size in (None, "auto"):
+        return None
+    assert size is not None
+    w, h = (int(v) for v in size.split("x"))
+    r = Fraction(w, h)
+    ratio = f"{r.numerator}:{r.denominator}"
+    if ratio not in ratios:
+        raise InvalidRequest(
+            f"Invalid value for 'size': {size} is not an aspect ratio this model makes ({', '.join(ratios)}).",
+            param="size",
+        )
+    return ratio
 
 
 # ---- capability planning ----------------------------------------------------------------------------------

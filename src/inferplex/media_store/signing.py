@@ -10,34 +10,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import os
-import secrets
 import time
-from pathlib import Path
+
+from inferplex.accounts.tokens import load_secret
 
 KEY_FILE = "media_signing_key"
 
 
 def load_key(configured: str | None, data_dir: str) -> bytes:
     """The configured key, else the data directory's generated one (created once, even by replicas at once)."""
-    if configured:
-        return configured.encode()
-    path = Path(data_dir) / KEY_FILE
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32) + "\n")
-    for _ in range(100):  # another replica may have created the file an instant before writing it
-        text = path.read_text().strip()
-        if text:
-            return text.encode()
-        time.sleep(0.01)
-    raise RuntimeError(f"{path} is empty: delete it or configure media.signing_key")
+    return load_secret(configured, data_dir, KEY_FILE, "media.signing_key")
 
 
 class Signer:

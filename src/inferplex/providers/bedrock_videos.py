@@ -97,32 +97,29 @@ class BedrockVideos:
 
     async def _invocation(self, job: UpstreamJob, target: Target, info: CallInfo) -> dict[str, Any]:
         url = self._base + tr.invocation_path(job.upstream_id)
-        data = await video_jobs.request_json(
-            target, info.timeouts, self._session, "GET", url, self._signed("GET", url, b""), self.errors
+        return await video_jobs.get_object(
+            target,
+            info.timeouts,
+            self._session,
+            "GET",
+            url,
+            self._signed("GET", url, b""),
+            self.errors,
+            "an invocation",
         )
-        if not isinstance(data, dict):
-            raise self.errors.malformed("sent an invocation that is not an object")
-        return data
 
     async def video_status(self, job: UpstreamJob, target: Target, info: CallInfo) -> JobStatus:
         data = await self._invocation(job, target, info)
-        try:
-            return tr.status(data, job.state.get("seconds"))
-        except ValueError as exc:
-            raise self.errors.malformed(str(exc)) from exc
+        return video_jobs.parsed(self.errors, tr.status, data, job.state.get("seconds"))
 
     async def video_content(
         self, job: UpstreamJob, variant: str, target: Target, info: CallInfo
     ) -> AsyncIterator[bytes]:
-        if variant != "video":
-            raise NotFound(f"provider {self.config.name} makes no {variant} for a video", code="not_found")
+        video_jobs.only_video(variant, self.config.name)
         data = await self._invocation(job, target, info)
         if data.get("status") != "Completed":
             raise NotFound("the video is not ready", code="not_found")
-        try:
-            bucket, key = tr.output_location(data, job.upstream_id)
-        except ValueError as exc:
-            raise self.errors.malformed(str(exc)) from exc
+        bucket, key = video_jobs.parsed(self.errors, tr.output_location, data, job.upstream_id)
         async for piece in self._s3_object(bucket, key, target, info):
             yield piece
 

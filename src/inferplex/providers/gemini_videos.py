@@ -47,33 +47,23 @@ class GeminiVideos:
 
     async def _operation(self, job: UpstreamJob, target: Target, info: CallInfo) -> dict[str, Any]:
         url = f"{self._base}/{quote(job.upstream_id, safe='/')}"
-        data = await video_jobs.request_json(
-            target, info.timeouts, self._session, "GET", url, self._headers, self.errors
+        return await video_jobs.get_object(
+            target, info.timeouts, self._session, "GET", url, self._headers, self.errors, "an operation"
         )
-        if not isinstance(data, dict):
-            raise self.errors.malformed("sent an operation that is not an object")
-        return data
 
     async def video_status(self, job: UpstreamJob, target: Target, info: CallInfo) -> JobStatus:
         operation = await self._operation(job, target, info)
-        try:
-            return tr.status(operation, job.state.get("seconds"), job.state.get("size"))
-        except ValueError as exc:
-            raise self.errors.malformed(str(exc)) from exc
+        return video_jobs.parsed(self.errors, tr.status, operation, job.state.get("seconds"), job.state.get("size"))
 
     async def video_content(
         self, job: UpstreamJob, variant: str, target: Target, info: CallInfo
     ) -> AsyncIterator[bytes]:
-        if variant != "video":
-            raise NotFound(f"provider {self.config.name} makes no {variant} for a video", code="not_found")
+        video_jobs.only_video(variant, self.config.name)
         operation = await self._operation(job, target, info)
         uris = [u for u in map(tr.video_uri, tr.samples(operation)) if u]
         if not operation.get("done") or not uris:
             raise NotFound("the video is not ready", code="not_found")
-        try:
-            name = tr.file_name(uris[0])
-        except ValueError as exc:
-            raise self.errors.malformed(str(exc)) from exc
+        name = video_jobs.parsed(self.errors, tr.file_name, uris[0])
         url = f"{self._base}/files/{name}:download?alt=media"
         headers = {k: v for k, v in self._headers.items() if k not in ("content-type", "accept")}
         async for piece in video_jobs.download(target, info.timeouts, self._session, url, headers, self.errors):

@@ -23,7 +23,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from inferplex.config import Pricing, ProviderConfig, Timeouts
+from inferplex.config import Pricing, Timeouts
 from inferplex.errors import InvalidRequest
 from inferplex.families.speech import (
     CONTENT_TYPES,
@@ -39,7 +39,7 @@ from inferplex.gateway_request import GatewayRequest
 from inferplex.providers import http
 from inferplex.providers.base import CallInfo
 from inferplex.providers.failures import ErrorMap
-from inferplex.providers.profiles import VendorProfile
+from inferplex.providers.openai_host import OpenAIHost
 from inferplex.targets import Target
 from inferplex.translate.openai_audio import read_transcript, upstream_format
 
@@ -98,19 +98,9 @@ def _token_priced(target: Target) -> bool:
     return price.audio_output is not None and not price.free
 
 
-class OpenAIAudio:
+class OpenAIAudio(OpenAIHost):
     """The audio endpoints of the OpenAI-compatible adapter. Uses the adapter's session, headers, key
     handling (`_auth`), error map and chat URL (whose base and query the audio URLs share)."""
-
-    if TYPE_CHECKING:  # the OpenAI-compatible adapter's
-        config: ProviderConfig
-        profile: VendorProfile
-        errors: ErrorMap
-        _session: aiohttp.ClientSession
-        _headers: dict[str, str]
-        _chat_url: URL
-
-        def _auth(self, headers: dict[str, str], info: CallInfo) -> dict[str, str]: ...
 
     @property
     def _audio(self) -> AudioProfile:

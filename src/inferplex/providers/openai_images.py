@@ -20,7 +20,6 @@ import base64
 import secrets
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -28,8 +27,7 @@ import orjson
 from yarl import URL
 
 from inferplex.capabilities import Support
-from inferplex.config import ProviderConfig, Timeouts
-from inferplex.errors import InvalidRequest
+from inferplex.config import Timeouts
 from inferplex.families.images import (
     PARTIAL_IMAGES,
     ImageCaps,
@@ -40,12 +38,13 @@ from inferplex.families.images import (
     ImageVariationRequest,
     merge_answers,
     plan_images,
+    size_ratio,
 )
 from inferplex.gateway_request import GatewayRequest
 from inferplex.providers import http
 from inferplex.providers.base import CallInfo
 from inferplex.providers.failures import ErrorMap
-from inferplex.providers.profiles import VendorProfile
+from inferplex.providers.openai_host import OpenAIHost
 from inferplex.targets import Target
 
 D = Support.DROPPED
@@ -80,18 +79,8 @@ def caps_for(upstream_model: str, vendor: str = "openai") -> ImageCaps:
     return OTHER
 
 
-class OpenAIImages:
+class OpenAIImages(OpenAIHost):
     """The image families for `OpenAICompatible` (its session, headers, error map and chat URL)."""
-
-    if TYPE_CHECKING:  # OpenAICompatible's
-        config: ProviderConfig
-        profile: VendorProfile
-        errors: ErrorMap
-        _session: aiohttp.ClientSession
-        _headers: dict[str, str]
-        _chat_url: URL
-
-        def _auth(self, headers: dict[str, str], info: CallInfo) -> dict[str, str]: ...
 
     def _image_url(self, name: str) -> URL:
         """`{base}/images/{name}`, with the chat URL's query (Azure's api-version)."""
@@ -215,7 +204,7 @@ class OpenAIImages:
         base = self._chat_url.with_query(None).parent.parent
         url = base.with_path(f"{base.path.rstrip('/')}/workflows/{target.upstream_model}/text_to_image")
         payload: dict[str, Any] = {"prompt": body.prompt}
-        ratio = _ratio(body.size, FIREWORKS_RATIOS)
+        ratio = size_ratio(body.size, FIREWORKS_RATIOS)
         if ratio is not None:
             payload["aspect_ratio"] = ratio
         fmt = "jpeg" if body.output_format == "jpeg" else "png"
@@ -284,22 +273,6 @@ def _fields(wire: Mapping[str, Any], upstream_model: str, n: int) -> dict[str, A
     if n != 1 or "n" in body:
         body["n"] = n
     return body
-
-
-def _ratio(size: str | None, ratios: tuple[str, ...]) -> str | None:
-    """A size as one of `ratios` (`W:H` reduced); None for `auto`; a 400 naming `size` for any other."""
-    if size in (None, "auto"):
-        return None
-    assert size is not None
-    w, h = (int(v) for v in size.split("x"))
-    r = Fraction(w, h)
-    ratio = f"{r.numerator}:{r.denominator}"
-    if ratio not in ratios:
-        raise InvalidRequest(
-            f"Invalid value for 'size': {size} is not an aspect ratio this model makes ({', '.join(ratios)}).",
-            param="size",
-        )
-    return ratio
 
 
 def _together(body: dict[str, Any]) -> dict[str, Any]:

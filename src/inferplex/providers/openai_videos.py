@@ -20,14 +20,13 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
-from inferplex.config import ProviderConfig, Timeouts
+from inferplex.config import Timeouts
 from inferplex.errors import NotFound
 from inferplex.families.videos import JobStatus, UpstreamJob, VideoRequest
 from inferplex.gateway_request import GatewayRequest
 from inferplex.providers import http
 from inferplex.providers.base import CallInfo
-from inferplex.providers.failures import ErrorMap
-from inferplex.providers.profiles import VendorProfile
+from inferplex.providers.openai_host import OpenAIHost
 from inferplex.targets import Target
 
 T = TypeVar("T")
@@ -62,13 +61,8 @@ def job_status(data: Any) -> JobStatus:
     )
 
 
-class OpenAIVideos:
+class OpenAIVideos(OpenAIHost):
     """The video calls of `OpenAICompatible` (its `config`, `profile`, session and error map)."""
-
-    config: ProviderConfig
-    profile: VendorProfile
-    errors: ErrorMap
-    _session: aiohttp.ClientSession
 
     def _videos_url(self, *parts: str) -> str:
         base = (self.config.base_url or self.profile.base_url or "").rstrip("/")

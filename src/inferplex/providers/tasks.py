@@ -70,25 +70,18 @@ class Replicate:
     async def _prediction(self, job: UpstreamJob, target: Target, info: CallInfo, action: str = "") -> dict[str, Any]:
         url = f"{self._base}/predictions/{quote(job.upstream_id, safe='')}{action}"
         method = "POST" if action else "GET"
-        data = await video_jobs.request_json(
-            target, info.timeouts, self._session, method, url, self._headers, self.errors
+        return await video_jobs.get_object(
+            target, info.timeouts, self._session, method, url, self._headers, self.errors, "a prediction"
         )
-        if not isinstance(data, dict):
-            raise self.errors.malformed("sent a prediction that is not an object")
-        return data
 
     async def video_status(self, job: UpstreamJob, target: Target, info: CallInfo) -> JobStatus:
         prediction = await self._prediction(job, target, info)
-        try:
-            return tr.status(prediction, job.state.get("seconds"), job.state.get("size"))
-        except ValueError as exc:
-            raise self.errors.malformed(str(exc)) from exc
+        return video_jobs.parsed(self.errors, tr.status, prediction, job.state.get("seconds"), job.state.get("size"))
 
     async def video_content(
         self, job: UpstreamJob, variant: str, target: Target, info: CallInfo
     ) -> AsyncIterator[bytes]:
-        if variant != "video":
-            raise NotFound(f"provider {self.config.name} makes no {variant} for a video", code="not_found")
+        video_jobs.only_video(variant, self.config.name)
         prediction = await self._prediction(job, target, info)
         url = tr.output_url(prediction) if prediction.get("status") == "succeeded" else None
         if url is None:

@@ -20,7 +20,7 @@ import orjson
 from yarl import URL
 
 from inferplex.config import Timeouts
-from inferplex.errors import InvalidRequest
+from inferplex.errors import InvalidRequest, NotFound
 from inferplex.families.videos import VideoRequest
 from inferplex.providers import http
 from inferplex.providers.failures import ErrorMap
@@ -34,6 +34,39 @@ _TRANSPORT = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 async def within(target: Target, timeouts: Timeouts | None, call: Callable[[Timeouts], Awaitable[T]]) -> T:
     """`call` with the router's per-attempt timeouts, or bounded here (`http.bounded`) when it gave none."""
     return await (call(timeouts) if timeouts is not None else http.bounded(target, call))
+
+
+def parsed(errors: ErrorMap, parse: Callable[..., T], *args: Any) -> T:
+    """A provider's answer read by a pure translator: one that does not fit (a ValueError) is the provider's
+    fault, a 502 through the adapter's `ErrorMap`, never the gateway's 500."""
+    try:
+        return parse(*args)
+    except ValueError as exc:
+        raise errors.malformed(str(exc)) from exc
+
+
+def only_video(variant: str, provider: str) -> None:
+    """A job API makes the video only: a thumbnail or spritesheet asked of it is a 404, as OpenAI answers one
+    it does not have."""
+    if variant != "video":
+        raise NotFound(f"provider {provider} makes no {variant} for a video", code="not_found")
+
+
+async def get_object(
+    target: Target,
+    timeouts: Timeouts | None,
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    errors: ErrorMap,
+    what: str,
+) -> dict[str, Any]:
+    """`request_json` for an answer that must be a JSON object (`what` names it in the 502 otherwise)."""
+    data = await request_json(target, timeouts, session, method, url, headers, errors)
+    if not isinstance(data, dict):
+        raise errors.malformed(f"sent {what} that is not an object")
+    return data
 
 
 async def _request(

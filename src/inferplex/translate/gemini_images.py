@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from inferplex.errors import InvalidRequest
-from inferplex.families.images import ImageFile, ImageRequest, ImagesAnswer
+from inferplex.families.images import ImageFile, ImageRequest, ImagesAnswer, size_ratio
 from inferplex.providers.failures import ProviderFailure
 
 RATIOS = {
@@ -100,18 +100,7 @@ NATIVE_RATIOS = ("1:1", "2:3", "3:2", "3:4", "4:3", "4:5", "5:4", "9:16", "16:9"
 
 def native_ratio(size: str | None) -> str | None:
     """The aspect ratio of an OpenAI size among Gemini image models' own; None for `auto`; else a 400."""
-    if size in (None, "auto"):
-        return None
-    assert size is not None
-    w, h = (int(v) for v in size.split("x"))
-    r = Fraction(w, h)
-    ratio = f"{r.numerator}:{r.denominator}"
-    if ratio not in NATIVE_RATIOS:
-        raise InvalidRequest(
-            f"Invalid value for 'size': {size} is not an aspect ratio this model makes ({', '.join(NATIVE_RATIOS)}).",
-            param="size",
-        )
-    return ratio
+    return size_ratio(size, NATIVE_RATIOS)
 
 
 def build_content(prompt: str, images: list[ImageFile], size: str | None) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.accounts.conftest import REDIS_URL, Admin, _pg
+from tests.accounts.conftest import REDIS_URL, Admin, own_database
 from tests.media.audio.conftest import audio_config
 from tests.replicas import serve
 
@@ -24,13 +23,8 @@ TEXT = "Twenty characters!!!"
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    """A PostgreSQL database of our own, dropped afterwards (as tests/accounts/conftest.py's)."""
-    name = "inferplex_test_" + secrets.token_hex(6)
-    _pg(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_database() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ of it (in-process on SQLite, or `inferplex serve` processes on SQLite or Postgre
 from __future__ import annotations
 
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from tests.accounts.conftest import Admin, _pg
+from tests.accounts.conftest import Admin, own_database
 from tests.fakes.openai_videos_upstream import FakeSora
 from tests.gateway_server import GatewayServer
 
@@ -109,13 +108,8 @@ def balance(admin: Admin, account: str) -> int:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    """A PostgreSQL database of our own, dropped afterwards."""
-    name = "inferplex_videos_" + secrets.token_hex(6)
-    _pg(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        _pg(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_database("inferplex_videos_") as url:
+        yield url
 
 
 def write_config(config: dict[str, Any], path: Path) -> Path:
