@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fakes.gemini_upstream import error
+from tests.fakes.gemini_upstream import error, key_error
 from tests.fakes.openai_images_upstream import png
 from tests.fakes.server import FakeServer
 
@@ -79,8 +79,8 @@ class FakeImagen(FakeServer):
         except orjson.JSONDecodeError:
             return error(400, "Invalid JSON payload received.")
         self.record(request, body, raw)
-        if request.headers.get("x-goog-api-key") != self.api_key:
-            return error(403, "Method doesn't allow unregistered callers.")
+        if refused := key_error(request, self.api_key):
+            return refused
         if method == "generateContent" and model.startswith("gemini") and "image" in model:
             return self._content(model, body)
         if method != "predict" or not model.startswith("imagen"):

@@ -20,18 +20,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from tests.fakes.gemini_upstream import error, key_error
 from tests.fakes.server import FakeServer
 
 VOICES = {"Zephyr", "Puck", "Charon", "Kore", "Fenrir", "Leda", "Orus", "Aoede"}  # the ones tests use, and more
 HEARD = "Hello there. This is a test of the gateway."
-STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
-          500: "INTERNAL", 503: "UNAVAILABLE"}  # fmt: skip
 TOP = {"contents", "generationConfig", "systemInstruction", "safetySettings"}
-
-
-def error(code: int, message: str) -> web.Response:
-    body = {"error": {"code": code, "message": message, "status": STATUS.get(code, "UNKNOWN")}}
-    return web.Response(status=code, body=orjson.dumps(body), content_type="application/json")
 
 
 def pcm_for(text: str) -> bytes:
@@ -66,8 +60,8 @@ class FakeGeminiSpeech(FakeServer):
         except orjson.JSONDecodeError:
             return error(400, "Invalid JSON payload received.")
         self.record(request, body, raw)
-        if request.headers.get("x-goog-api-key") != self.api_key:
-            return error(403, "Method doesn't allow unregistered callers. Please pass a valid API key.")
+        if refused := key_error(request, self.api_key):
+            return refused
         model, _, method = request.match_info["call"].partition(":")
         if method != "generateContent":
             return error(404, f"Method {method} not found.")

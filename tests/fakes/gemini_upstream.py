@@ -245,15 +245,8 @@ class FakeGemini(FakeServer):
         except orjson.JSONDecodeError:
             return error(400, "Invalid JSON payload received.")
         self.record(request, body)
-        key = request.headers.get("x-goog-api-key") or request.query.get("key")
-        if key is None:
-            return error(
-                403,
-                "Method doesn't allow unregistered callers. Please use API Key or other form of API consumer "
-                "identity to call this API.",
-            )
-        if key != self.api_key:
-            return error(400, "API key not valid. Please pass a valid API key.")
+        if refused := key_error(request, self.api_key):
+            return refused
         if method not in ("generateContent", "streamGenerateContent"):
             return error(404, f"Method {method} not found")
         if msg := validate(body):
@@ -349,3 +342,18 @@ class FakeGemini(FakeServer):
             usage = data["usageMetadata"] if i == len(cands) - 1 else prompt
             events.append({"candidates": [last], "usageMetadata": usage, **meta})
         return events
+
+
+def key_error(request: web.Request, api_key: str) -> web.Response | None:
+    """The Gemini API's answer to a request without its key (403) or with a wrong one (400), or None. The key
+    comes in `x-goog-api-key` or the `key` query parameter."""
+    key = request.headers.get("x-goog-api-key") or request.query.get("key")
+    if key is None:
+        return error(
+            403,
+            "Method doesn't allow unregistered callers. Please use API Key or other form of API consumer "
+            "identity to call this API.",
+        )
+    if key != api_key:
+        return error(400, "API key not valid. Please pass a valid API key.")
+    return None

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from tests.fakes.gemini_upstream import error
+from tests.fakes.gemini_upstream import error, key_error
 from tests.fakes.server import FakeServer
 
 # model -> the durations it makes
@@ -144,16 +144,7 @@ class FakeGeminiVideos(FakeServer):
         ]
 
     def _key_error(self, request: web.Request) -> web.Response | None:
-        key = request.headers.get("x-goog-api-key") or request.query.get("key")
-        if key is None:
-            return error(
-                403,
-                "Method doesn't allow unregistered callers. Please use API Key or other form of API consumer "
-                "identity to call this API.",
-            )
-        if key != self.api_key:
-            return error(400, "API key not valid. Please pass a valid API key.")
-        return None
+        return key_error(request, self.api_key)
 
     async def submit(self, request: web.Request) -> web.Response:
         model, _, method = request.match_info["call"].partition(":")

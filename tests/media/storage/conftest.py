@@ -5,15 +5,11 @@ download route, and a small HTTP server standing for a provider's file host."""
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
-import httpx
 import pytest
 from aiohttp import web
 
@@ -21,8 +17,8 @@ from inferplex.config import Config, parse_config
 from inferplex.media_store.store import MediaStore
 from inferplex.store.backend import Database
 from tests.accounts import conftest as accounts
+from tests.fakes.moto_server import moto_server
 from tests.fakes.server import BackgroundServer
-from tests.gateway_server import free_port
 
 S3_KEY_ID = "testing-key-id"
 S3_SECRET = "testing-secret-key"
@@ -30,26 +26,9 @@ S3_SECRET = "testing-secret-key"
 
 @pytest.fixture(scope="session")
 def moto_url() -> Iterator[str]:
-    """moto's S3 server (`moto.server`), a real HTTP server speaking S3's REST API, for the whole session."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "moto exited"
-        try:
-            httpx.get(url + "/moto-api/", timeout=1)
-            break
-        except httpx.HTTPError:
-            assert time.monotonic() < deadline, "moto's server did not start"
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    """moto's S3 server for the whole session."""
+    with moto_server() as url:
+        yield url
 
 
 def s3_client(moto_url: str) -> Any:

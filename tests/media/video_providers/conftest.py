@@ -4,18 +4,13 @@ results in a real S3 server, Replicate's predictions), and the adapters of each,
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import boto3
-import httpx
 import pytest
 
 from inferplex.config import DeploymentConfig, ModelConfig, ProviderConfig
@@ -26,8 +21,8 @@ from inferplex.providers.registry import load_factory
 from inferplex.targets import Target
 from tests.fakes.bedrock_videos_upstream import FakeBedrockVideos
 from tests.fakes.gemini_videos_upstream import FakeGeminiVideos
+from tests.fakes.moto_server import moto_server
 from tests.fakes.tasks_upstream import FakeReplicate
-from tests.gateway_server import free_port
 
 VEO_KEY = "gm-veo-fake"
 REPLICATE_TOKEN = "r8_fake_token"
@@ -71,32 +66,11 @@ def _iam_user(url: str) -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def s3() -> Iterator[S3Server]:
     """moto's S3 server (`moto.server`, a process of its own) with IAM authentication enforced."""
-    port = free_port()
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_CALLS)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        assert proc.poll() is None, "moto exited"
-        try:
-            httpx.get(url + "/moto-api/", timeout=1)
-            break
-        except httpx.HTTPError:
-            assert time.monotonic() < deadline, "moto's server did not start"
-            time.sleep(0.1)
-    try:
+    with moto_server({"INITIAL_NO_AUTH_ACTION_COUNT": str(_SETUP_CALLS)}) as url:
         key_id, secret = _iam_user(url)
         server = S3Server(url, key_id, secret, "reel-" + secrets.token_hex(6))
         server.client().create_bucket(Bucket=server.bucket)
         yield server
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="session")
