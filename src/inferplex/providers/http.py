@@ -159,6 +159,21 @@ async def open_stream(
     return resp
 
 
+async def read_json(resp: aiohttp.ClientResponse, errors: ErrorMap) -> Any:
+    """An answered response's whole body as JSON, the response released: a transport failure while reading
+    it, or a body that is not JSON, mapped by the adapter's `ErrorMap`."""
+    try:
+        raw = await resp.read()
+    except _TRANSPORT_ERRORS as exc:
+        raise errors.transport(exc) from exc
+    finally:
+        resp.release()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise errors.malformed("sent a body that is not JSON") from exc
+
+
 async def sse_events(resp: aiohttp.ClientResponse, errors: ErrorMap) -> AsyncIterator[Event]:
     """Decode a response body as SSE; transport failures mid-stream become `UpstreamError`."""
     decoder = SSEDecoder()

@@ -151,7 +151,7 @@ class OpenAIImages(OpenAIHost):
             resp = await _open_bytes(target, info.timeouts, self._session, url, data, headers, self.errors)
             if partials is not None:
                 return await self._collect(resp)
-            return await self._answer(await _json_of(resp, self.errors), target, info)
+            return await self._answer(await http.read_json(resp, self.errors), target, info)
 
         return await _fan_out(counts, one)
 
@@ -354,19 +354,6 @@ async def _open_bytes(
         return resp
 
     return await (post(timeouts) if timeouts is not None else http.bounded(target, post))
-
-
-async def _json_of(resp: aiohttp.ClientResponse, errors: ErrorMap) -> Any:
-    try:
-        raw = await resp.read()
-    except (aiohttp.ClientError, OSError) as exc:
-        raise errors.transport(exc) from exc
-    finally:
-        resp.release()
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise errors.malformed("sent a body that is not JSON") from exc
 
 
 class AzureImages:

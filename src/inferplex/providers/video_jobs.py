@@ -115,17 +115,7 @@ async def request_json(
 
     async def call(t: Timeouts) -> Any:
         data = None if body is None else orjson.dumps(body)
-        resp = await _request(session, method, url, headers, t, errors, data)
-        try:
-            raw = await resp.read()
-        except _TRANSPORT as exc:
-            raise errors.transport(exc) from exc
-        finally:
-            resp.release()
-        try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise errors.malformed("sent a body that is not JSON") from exc
+        return await http.read_json(await _request(session, method, url, headers, t, errors, data), errors)
 
     return await within(target, timeouts, call)
 
