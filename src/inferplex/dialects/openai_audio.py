@@ -39,7 +39,6 @@ from inferplex.families.speech import SPEECH, Speech, SpeechAdapter, SpeechReque
 from inferplex.families.transcription import (
     TRANSCRIPTION,
     TRANSLATION,
-    AudioFile,
     Segment,
     Transcript,
     TranscriptionRequest,
@@ -186,13 +185,14 @@ async def audio_fields(form: UploadForm) -> dict[str, Any]:
             fields.setdefault(match[1], {})[match[2]] = _scalar(value)
         else:
             fields[name] = value
-    fields["file"] = AudioFile(
-        path=str(upload.path),
-        filename=Path(upload.filename).name or "audio",
-        content_type=upload.content_type,
-        bytes=upload.bytes,
-        duration_ms=duration,
-    ).model_dump()  # as JSON, like every wire (the usage log may keep it)
+    # As JSON, like every wire; validated into the request's AudioFile (whose dump leaves the path out).
+    fields["file"] = {
+        "path": str(upload.path),
+        "filename": Path(upload.filename).name or "audio",
+        "content_type": upload.content_type,
+        "bytes": upload.bytes,
+        "duration_ms": duration,
+    }
     return fields
 
 

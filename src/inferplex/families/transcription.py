@@ -40,10 +40,11 @@ AUDIO_EXTENSIONS = frozenset({"flac", "mp3", "mp4", "mpeg", "mpga", "m4a", "ogg"
 
 class AudioFile(BaseModel):
     """An uploaded audio file, spooled to disk by the dialect: where it is, what it claims to be, its size,
-    and its duration as the gateway measured it (None: not measurable, e.g. a webm)."""
+    and its duration as the gateway measured it (None: not measurable, e.g. a webm). The spool path is the
+    gateway's own and gone after the request: never dumped (the usage log keeps request bodies dumped)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    path: str
+    path: str = Field(exclude=True)
     filename: str
     content_type: str
     bytes: int = Field(ge=0)

@@ -52,9 +52,8 @@ def test_measure_a_wav_exactly_and_an_mp3_from_its_frames(tmp_path: Path) -> Non
 
 
 def _file(duration_ms: int | None, size: int = 7500) -> dict[str, Any]:
-    return AudioFile(
-        path="/x", filename="a.wav", content_type="audio/wav", bytes=size, duration_ms=duration_ms
-    ).model_dump()
+    """An upload as the dialect puts it in the request's fields (openai_audio.audio_fields)."""
+    return {"path": "/x", "filename": "a.wav", "content_type": "audio/wav", "bytes": size, "duration_ms": duration_ms}
 
 
 def test_an_unmeasured_file_is_bounded_by_its_size() -> None:
@@ -190,3 +189,11 @@ def test_gemini_transcription_usage_by_modality() -> None:
         "output_tokens": 3,
         "total_tokens": 83,
     }
+
+
+def test_a_logged_transcription_body_names_the_file_not_the_gateways_spool_path() -> None:
+    """The guard logs `request.body.model_dump(mode="json", exclude_none=True)` when log_query_body is on."""
+    file = AudioFile(path="/var/spool/inferplex/upload-1234", filename="a.wav", content_type="audio/wav", bytes=44)
+    logged = TranscriptionRequest(file=file, model="whisper-1").model_dump(mode="json", exclude_none=True)
+    assert logged["file"] == {"filename": "a.wav", "content_type": "audio/wav", "bytes": 44}
+    assert "/var/spool" not in str(logged)
