@@ -25,6 +25,7 @@ RETRY_AFTER = {
 
 # What each error status means, whatever the dialect (its body's shape is the dialect's).
 STATUS_TEXT = {
+    202: "Accepted: still running",
     400: "Bad input (the error names the field), or a malformed request head",
     401: "Missing or bad credentials",
     402: "A monthly spending cap (the account's or the key's) would be passed",
@@ -75,6 +76,7 @@ class Operation:
     body: Any = None  # the request body's type (a pydantic model), if any
     body_required: bool = True
     ok_status: int = 200
+    also_ok: tuple[int, ...] = ()  # other success statuses with the same body (a job still running: 202)
     stream: Any = None  # the type of each `data:` frame, when `stream: true` answers SSE
     stream_done: bool = True  # the stream ends with `data: [DONE]` (OpenAI's convention; not Anthropic's)
     form: dict[str, Any] | None = None  # a multipart/form-data schema accepted beside JSON
@@ -141,6 +143,8 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
             frame = {"anyOf": [schemas.ref(op.stream, "serialization"), schemas.ref(op.dialect.error, "serialization")]}
             ok_content["text/event-stream"] = {"schema": sse_event(frame, done=op.stream_done)}
         responses[str(op.ok_status)] = {"description": "OK", "content": ok_content}
+        for status in op.also_ok:
+            responses[str(status)] = {"description": STATUS_TEXT[status], "content": ok_content}
     elif op.ok_media is not None:
         binary = {op.ok_media: {"schema": {"type": "string", "format": "binary"}}}
         responses[str(op.ok_status)] = {"description": "OK", "content": binary}
