@@ -20,6 +20,7 @@ import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -150,6 +151,7 @@ class VideoJobs:
             if full is not None:
                 raise _too_many(full, self.config)
             inserted = True
+            ctx.info.idempotency_key = str(uuid.uuid5(uuid.NAMESPACE_URL, f"inferplex:{job_id}"))
             upstream = await self.pipeline.router.run(ctx, resolved, call)
             ctx.timings.mark_upstream_end()
         except BaseException as exc:

@@ -36,12 +36,17 @@ class CallInfo:
     `timeouts` travels that way too: the router sets it for each attempt (the provider's timeouts with the
     deployment's own `connect` applied) and bounds the attempt itself with its `Deadline`. When it is None
     the caller is not the router, and the adapter bounds the call itself (`http.bounded`), so no upstream
-    call is ever unbounded, whoever makes it."""
+    call is ever unbounded, whoever makes it.
+
+    `idempotency_key`, when set, is the same for every attempt of one request, for a provider that takes one
+    (Bedrock's `clientRequestToken`): an attempt retried after its answer was lost then finds the job the
+    first one started instead of starting (and billing) a second."""
 
     dropped_params: list[str] = field(default_factory=list)
     queued_ms: float = 0.0
     caller_key: CallerKey | None = None
     timeouts: Timeouts | None = None
+    idempotency_key: str | None = None
 
 
 class Adapter(Protocol):

@@ -81,7 +81,7 @@ class BedrockVideos:
             request.body,
             target.upstream_model,
             self._output_uri(),
-            str(uuid.uuid4()),
+            info.idempotency_key or str(uuid.uuid4()),
             None if image is None else (image.mime, image.b64),
             seed,
         )

@@ -147,9 +147,9 @@ class Built:
     def __init__(self, adapter: Any, target: Target) -> None:
         self.adapter, self.target = adapter, target
 
-    async def submit(self, **body: Any) -> Any:
+    async def submit(self, idempotency_key: str | None = None, **body: Any) -> Any:
         request = GatewayRequest(VideoRequest.model_validate({"model": "clip", **body}))
-        return await self.adapter.video_submit(request, self.target, CallInfo())
+        return await self.adapter.video_submit(request, self.target, CallInfo(idempotency_key=idempotency_key))
 
     async def status(self, job: Any) -> Any:
         return await self.adapter.video_status(job, self.target, CallInfo())

@@ -172,6 +172,17 @@ async def test_reel_multi_shot_twelve_seconds(build: Any, fake_reel: FakeBedrock
     assert (await poll_until_done(reel, job))[-1] == JobStatus("completed", 100, seconds=12, size="1280x720")
 
 
+async def test_a_reel_submit_retried_with_its_key_finds_the_first_job(build: Any, fake_reel: FakeBedrockVideos) -> None:
+    """The router may retry a submit whose answer was lost: with the request's idempotency key as Bedrock's
+    clientRequestToken, the retry gets the first invocation back instead of starting (and billing) another."""
+    reel = build("reel", REEL)
+    first = await reel.submit("job-key-1", prompt="a lighthouse", seconds="6", size="1280x720")
+    again = await reel.submit("job-key-1", prompt="a lighthouse", seconds="6", size="1280x720")
+    other = await reel.submit("job-key-2", prompt="a lighthouse", seconds="6", size="1280x720")
+    assert again.upstream_id == first.upstream_id != other.upstream_id
+    assert fake_reel.last("/async-invoke").body["clientRequestToken"] == "job-key-2"
+
+
 async def test_reel_job_that_fails_upstream_fails_with_its_message(build: Any) -> None:
     reel = build("reel", REEL)
     job = await reel.submit(prompt="FAIL now", seconds="6", size="1280x720")
