@@ -262,12 +262,16 @@ def reconciles(server: Server) -> bool:
 def throughput_rounds(servers: list[Server], args: argparse.Namespace) -> None:
     """`--rounds` rounds of `--throughput` seconds each, every server in turn within a round (the reference
     first): the machine's speed drifts over minutes, so each scenario is compared with the reference
-    measured moments before it, round by round, and the median of those ratios is reported."""
+    measured moments before it, round by round, and the median of those ratios is reported. The gateways
+    run in the opposite order every other round: the one right after the reference measured slower, whichever
+    build it was (docs/benchmarks.md, twelfth session), so a fixed order favoured `--compare`."""
     pin = PIN
     for s in servers:  # warm every server up once (connections, caches, the JIT-less interpreter's caches)
         core_bench.wrk(s.url, s.key, False, 2, 50, pin.load, model="bench-model")
-    for _ in range(args.rounds):
-        for s in servers:
+    reference = [s for s in servers if s.name == "reference"]
+    gateways = [s for s in servers if s.name != "reference"]
+    for n in range(args.rounds):
+        for s in reference + (gateways if n % 2 == 0 else gateways[::-1]):
             s.rounds.append(throughput(s.url, s.key, s.proc.pid, pin, args.throughput))
 
 
