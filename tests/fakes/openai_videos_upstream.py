@@ -124,7 +124,11 @@ class FakeSora:
             return _error(401, "Incorrect API key provided.", code="invalid_api_key")
         return key
 
-    def _job(self, request: web.Request, key: str) -> Job | web.Response:
+    def _job(self, request: web.Request) -> Job | web.Response:
+        """The job the path names, asked for with the key that created it; else the API's 401 or 404."""
+        key = self._key(request)
+        if isinstance(key, web.Response):
+            return key
         job = self.jobs.get(request.match_info["id"])
         if job is not None and job.key != key:
             self.wrong_key.append((job.id, key))
@@ -212,10 +216,7 @@ class FakeSora:
         return web.json_response(self._object(self._new(key, data)))
 
     async def remix(self, request: web.Request) -> web.Response:
-        key = self._key(request)
-        if isinstance(key, web.Response):
-            return key
-        source = self._job(request, key)
+        source = self._job(request)
         if isinstance(source, web.Response):
             return source
         data = await self._body(request)
@@ -226,13 +227,10 @@ class FakeSora:
         if source.status != "completed":
             return _error(400, "Only a completed video can be remixed.", "video_id")
         body = {"model": source.model, "prompt": data["prompt"], "seconds": source.seconds, "size": source.size}
-        return web.json_response(self._object(self._new(key, body, source.id)))
+        return web.json_response(self._object(self._new(source.key, body, source.id)))
 
     async def retrieve(self, request: web.Request) -> web.Response:
-        key = self._key(request)
-        if isinstance(key, web.Response):
-            return key
-        job = self._job(request, key)
+        job = self._job(request)
         if isinstance(job, web.Response):
             return job
         self.polls[job.id] = self.polls.get(job.id, 0) + 1
@@ -262,10 +260,7 @@ class FakeSora:
             job.progress = min(95, job.progress + max(1, 90 // max(self.polls_needed, 1)))
 
     async def delete(self, request: web.Request) -> web.Response:
-        key = self._key(request)
-        if isinstance(key, web.Response):
-            return key
-        job = self._job(request, key)
+        job = self._job(request)
         if isinstance(job, web.Response):
             return job
         self.cancelled.append(job.id)
@@ -273,10 +268,7 @@ class FakeSora:
         return web.json_response({"id": job.id, "object": "video.deleted", "deleted": True})
 
     async def content(self, request: web.Request) -> web.StreamResponse:
-        key = self._key(request)
-        if isinstance(key, web.Response):
-            return key
-        job = self._job(request, key)
+        job = self._job(request)
         if isinstance(job, web.Response):
             return job
         variant = request.query.get("variant", "video")
