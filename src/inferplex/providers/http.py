@@ -148,6 +148,12 @@ async def open_stream(
         resp = await _post(session, url, orjson.dumps(body), headers, timeouts)
     except _TRANSPORT_ERRORS as exc:
         raise errors.transport(exc) from exc
+    return await answered(resp, errors)
+
+
+async def answered(resp: aiohttp.ClientResponse, errors: ErrorMap) -> aiohttp.ClientResponse:
+    """The response, once its head says it succeeded; a non-2xx one is read (as far as it can be), released,
+    and raised as the adapter's mapped error."""
     if resp.status >= 400:
         try:
             raw = await resp.read()

@@ -90,15 +90,7 @@ async def _request(
         )
     except _TRANSPORT as exc:
         raise errors.transport(exc) from exc
-    if resp.status >= 400:
-        try:
-            raw = await resp.read()
-        except _TRANSPORT:
-            raw = b""
-        finally:
-            resp.release()
-        raise errors.status(resp.status, raw, resp.headers)
-    return resp
+    return await http.answered(resp, errors)
 
 
 async def request_json(
