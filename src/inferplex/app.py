@@ -28,10 +28,12 @@ from inferplex.dialects.registry import dialects, error_payload, plain_error
 from inferplex.edge import Endpoint, json_response, self_contained
 from inferplex.families.registry import check_adapters
 from inferplex.http_server import HeadLimits
+from inferplex.batches import wiring as batches_wiring
 from inferplex.jobs.poller import Poller
 from inferplex.jobs.rows import JobRows
 from inferplex.jobs.service import VideoJobs
 from inferplex.media_store.store import MediaStore
+from inferplex.responses_api import wiring as responses_wiring
 from inferplex.pipeline import Pipeline
 from inferplex.processors.chain import gateway_factory
 from inferplex.providers.base import Adapter
@@ -149,6 +151,8 @@ def create_app(config: Config, master_key: str) -> Gateway:
         jobs = VideoJobs(pipeline, JobRows(accounts.db), accounts.guard, media, config.jobs)
         poller = Poller(jobs)  # every replica polls the durable video jobs (jobs/poller.py)
         poller.start()
+        responses = await responses_wiring.start(config, accounts, pipeline, media)  # issue 23
+        batches = await batches_wiring.start(config, accounts, pipeline, media, responses)
         app.state.services = Services(
             pipeline,
             accounts.auth,
@@ -156,10 +160,14 @@ def create_app(config: Config, master_key: str) -> Gateway:
             json_limits(config.server),
             media=media,
             jobs=jobs,
+            responses=responses,
+            batches=batches,
         )
         try:
             yield
         finally:
+            await batches.aclose()
+            await responses.aclose()
             await poller.aclose()
             await router.aclose()
             for adapter in adapters.values():

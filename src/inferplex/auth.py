@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from starlette.datastructures import Headers
@@ -91,6 +91,12 @@ def digest(secret: str) -> bytes:
 class Authenticator(Protocol):
     async def authenticate(self, request: Request) -> Principal: ...
 
+    async def principal_for(self, key_id: str, scopes: frozenset[str] | None = None) -> Principal:
+        """The principal of a key, found by its id, for work done later on its behalf (a background response,
+        a batch's lines): a key revoked or expired since is refused (`Unauthenticated`), and `scopes` (the
+        ones the work was started with) narrow it, so the work never carries more than its caller had."""
+        ...
+
 
 class MasterKeyAuth:
     def __init__(self, key: str) -> None:
@@ -112,3 +118,8 @@ class MasterKeyAuth:
         if not self.matches(token):
             raise Unauthenticated("Incorrect API key provided.")
         return MASTER
+
+    async def principal_for(self, key_id: str, scopes: frozenset[str] | None = None) -> Principal:
+        if key_id != MASTER.key_id:
+            raise Unauthenticated("This API key no longer exists.")
+        return MASTER if scopes is None else replace(MASTER, scopes=MASTER.scopes & effective_scopes(scopes))

@@ -8,6 +8,7 @@ that assembles them from the dialects (the import graph has no cycles: tests/tes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from inferplex.auth import Authenticator
 from inferplex.config import ServerConfig
@@ -27,6 +28,8 @@ class Services:
     json_limits: JsonLimits = DEFAULT_LIMITS
     media: MediaStore | None = None  # media_store/: files, signed URLs, uploads (issue 22)
     jobs: VideoJobs | None = None  # jobs/: durable video jobs (issue 22)
+    responses: Any = None  # responses_api/: the Responses API's service (issue 23)
+    batches: Any = None  # batches/: the batch service (issue 23)
 
 
 def json_limits(server: ServerConfig) -> JsonLimits:

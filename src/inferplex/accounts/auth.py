@@ -134,6 +134,15 @@ class KeyAuth:
             raise _invalid_token()  # minted with a secret the key no longer has (it was rotated)
         return principal
 
+    async def principal_for(self, key_id: str, scopes: frozenset[str] | None = None) -> Principal:
+        if key_id == MASTER.key_id:
+            return self.master if scopes is None else replace(self.master, scopes=self.master.scopes & scopes)
+        found = await self.keys.by_id_with_account(key_id)
+        if found is None:
+            raise Unauthenticated("This API key no longer exists.")
+        self._check_live(found[0], time.time())
+        return self._principal(found, scopes)
+
     def _master_token(self, claims: Claims) -> Principal:
         """A token minted with the master key: only if minted with the current one, and only its scopes."""
         if not hmac.compare_digest(claims.binding, self.master.binding):

@@ -24,7 +24,15 @@ from inferplex.accounts.guard import add_cost
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.config import ModelConfig, Pricing
 from inferplex.context import Context
-from inferplex.dialects import inferada_audio, openai_audio, openai_images, openai_videos
+from inferplex.dialects import (
+    inferada_audio,
+    openai_audio,
+    openai_batches,
+    openai_files,
+    openai_images,
+    openai_responses_api,
+    openai_videos,
+)
 from inferplex.dialects.answer import answer, answer_chat
 from inferplex.dialects.failure import error_headers, stream_failure
 from inferplex.dialects.registry import Dialect, Rendering
@@ -241,6 +249,9 @@ routes = [
     *openai_images.routes,
     *openai_videos.routes,
     *media_routes.routes,
+    *openai_responses_api.routes,  # the Responses API (responses_api/, issue 23)
+    *openai_files.routes,
+    *openai_batches.routes,
 ]
 
 

@@ -24,7 +24,15 @@ from inferplex.dialects.seed_wire import (
     UnifyChatRequest,
 )
 from inferplex.dialects.unify_wire import LogQuery
-from inferplex.openapi import media_audio, media_images, media_seeds, media_storage, media_videos
+from inferplex.openapi import (
+    files_batches,
+    media_audio,
+    media_images,
+    media_seeds,
+    media_storage,
+    media_videos,
+    responses_api,
+)
 from inferplex.openapi.spec import Dialect, Operation, Param
 
 OPENAI = Dialect("OpenAI", oa.OpenAIError)
@@ -228,6 +236,8 @@ OPERATIONS: list[Operation] = [
     *media_audio.OPERATIONS,
     *media_images.OPERATIONS,
     *media_videos.OPERATIONS,
+    *responses_api.OPERATIONS,
+    *files_batches.OPERATIONS,
     Operation(
         "get",
         "/v1/endpoints",

@@ -24,6 +24,7 @@ from inferplex.canonical import ChatRequest, parse
 from inferplex.capabilities import uses_cache_control
 from inferplex.context import Context
 from inferplex.dialects.answer import answer_chat
+from inferplex.dialects.anthropic import batches
 from inferplex.dialects.anthropic.translate import (
     MessageStreamWriter,
     error_body,
@@ -197,6 +198,7 @@ def estimate_input_tokens(full: dict[str, Any]) -> int:
 routes = [
     Route("/v1/messages", endpoint(render_error, messages, "chat", "anthropic"), methods=["POST"]),
     Route("/v1/messages/count_tokens", endpoint(render_error, count_tokens, "chat", "anthropic"), methods=["POST"]),
+    *batches.routes,  # Message Batches on the gateway's batch machinery (batches/, issue 23)
 ]
 
 
