@@ -346,6 +346,21 @@ class JobsConfig(_Strict):
     max_concurrent_per_account: int | None = Field(None, ge=1)
 
 
+class ResponsesConfig(_Strict):
+    """Stored responses (responses_api/, docs/responses.md). A stored response is kept `retention_days` after
+    it was made, then swept (every `sweep_s`). Background responses are durable rows every replica's worker
+    looks for every `tick_s` (at once on the replica that took them); a run holds its row for `lease_s`,
+    renewed while it runs, and a replica runs at most `concurrency` at a time. A stream of a background
+    response follows its stored events, looking for new ones every `follow_poll_s`."""
+
+    retention_days: float = Field(30.0, gt=0)
+    sweep_s: float = Field(300.0, gt=0)
+    tick_s: float = Field(1.0, gt=0, le=60)
+    lease_s: float = Field(60.0, ge=0.5)
+    concurrency: int = Field(8, ge=1, le=1000)
+    follow_poll_s: float = Field(0.1, gt=0, le=10)
+
+
 class Config(_Strict):
     server: ServerConfig = Field(default_factory=ServerConfig)
     providers: list[ProviderConfig] = Field(default_factory=list)
@@ -357,6 +372,7 @@ class Config(_Strict):
     custom_endpoints: CustomEndpointsConfig = Field(default_factory=CustomEndpointsConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
     jobs: JobsConfig = Field(default_factory=JobsConfig)
+    responses: ResponsesConfig = Field(default_factory=ResponsesConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Config:
