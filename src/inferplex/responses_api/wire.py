@@ -133,9 +133,7 @@ class ResponsesRequest(_Open):
         if self.background and not self.store:
             raise _field_error("background", "background mode requires store to be true")
         if self.previous_response_id is not None and self.conversation is not None:
-            raise _field_error(
-                "previous_response_id", "previous_response_id cannot be used together with conversation"
-            )
+            raise _field_error("previous_response_id", "previous_response_id cannot be used together with conversation")
         if isinstance(self.tool_choice, str) and self.tool_choice not in ("none", "auto", "required"):
             raise _field_error("tool_choice", "tool_choice must be 'none', 'auto', 'required' or an object")
         if isinstance(self.input, list) and not self.input:
