@@ -346,6 +346,24 @@ class JobsConfig(_Strict):
     max_concurrent_per_account: int | None = Field(None, ge=1)
 
 
+class BatchesConfig(_Strict):
+    """Batches the gateway runs itself (batches/, docs/batches.md). Every `inferplex serve` (unless `worker` is
+    false) and every `inferplex worker` runs a worker that looks for lines to run every `tick_s` (at once when
+    one of its lines ends), runs at most `concurrency` at a time and starts at most `rate_per_s` a second, so
+    interactive traffic keeps its room; a line is leased for `lease_s` (renewed while it runs), and one that
+    a rate limit refused is tried again later, `max_attempts` times at most. An input file may hold
+    `max_lines` lines; a batch ends (`expired`) after its completion window, `window_s` for "24h"."""
+
+    worker: bool = True
+    tick_s: float = Field(1.0, gt=0, le=60)
+    concurrency: int = Field(4, ge=1, le=1000)
+    rate_per_s: float | None = Field(None, gt=0)
+    lease_s: float = Field(300.0, ge=0.5)
+    max_attempts: int = Field(5, ge=1, le=100)
+    max_lines: int = Field(50_000, ge=1)
+    window_s: float = Field(86_400.0, gt=0)
+
+
 class ResponsesConfig(_Strict):
     """Stored responses (responses_api/, docs/responses.md). A stored response is kept `retention_days` after
     it was made, then swept (every `sweep_s`). Background responses are durable rows every replica's worker
@@ -373,6 +391,7 @@ class Config(_Strict):
     media: MediaConfig = Field(default_factory=MediaConfig)
     jobs: JobsConfig = Field(default_factory=JobsConfig)
     responses: ResponsesConfig = Field(default_factory=ResponsesConfig)
+    batches: BatchesConfig = Field(default_factory=BatchesConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Config:

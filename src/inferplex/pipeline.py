@@ -315,6 +315,13 @@ class Pipeline:
         self._processors = processors
         self.custom: CustomResolver | None = None  # set by the app when custom endpoints are configured
 
+    def with_guard(self, guard: Guard) -> Pipeline:
+        """A pipeline sharing everything with this one but its guard: the batch worker's, whose guard holds each
+        line's reservation until its result is recorded (batches/deferring.py)."""
+        other = Pipeline(self.catalog, self.adapters, guard=guard, router=self.router, processors=self._processors)
+        other.custom = self.custom
+        return other
+
     def resolve(self, ctx: Context, model: str, provider: str | None, family: Family[Any, Any, Any]) -> Resolved:
         """The model and its targets, for a caller allowed to use it (a 400/403/404 in the caller's dialect)."""
         resolved = self.catalog.resolve(model, provider, kind=family.model_type)

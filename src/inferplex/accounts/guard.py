@@ -351,6 +351,20 @@ class _Admission:
         else:  # nothing for a store
             self.guard._log(ctx, self.model, self.request, status, tokens, cost)
 
+    def settle_later(self, ctx: Context, usage: Usage | None) -> tuple[Deferred, int]:
+        """Price the request as `settle` would, but book nothing: the reservation stays held and is handed back
+        with the cost, for a caller that must first record the result durably and then settle it once
+        (`AccountGuard.settle_deferred`, idempotent per request id): a batch line (batches/worker.py)."""
+        price = price_for(ctx.target, ctx.service_tier) if ctx.target is not None else self.model.pricing
+        meter = self.family.meter
+        if meter is not None:
+            tokens, media = meter.used(self.request.body, ctx.answer)
+            cost = media_cost_micros(price, tokens, media)
+        else:
+            cost = cost_micros(price, _tokens(ctx) if usage is None else tokens_of(usage))
+        ctx.cost_micros = cost
+        return self.defer(ctx), cost
+
     def defer(self, ctx: Context) -> Deferred:
         """End the request but not its reservation: slots are given back now, and what the job's row must
         keep to settle the reservation later (`AccountGuard.settle_deferred`) is returned. Instead of
