@@ -67,9 +67,9 @@ def _stored(item: Any, param: str, make_id: NewId) -> dict[str, Any]:
         content = item.get("content")
         text_type = "output_text" if role == "assistant" else "input_text"
         if isinstance(content, str):
-            parts: list[dict[str, Any]] = [_text_part(text_type, content)]
+            parts: list[dict[str, Any]] = [text_part(text_type, content)]
         elif isinstance(content, list) and all(isinstance(p, dict) for p in content):
-            parts = [_text_part(text_type, p["text"]) if _is_bare_text(p) else dict(p) for p in content]
+            parts = [text_part(text_type, p["text"]) if _is_bare_text(p) else dict(p) for p in content]
         else:
             raise InvalidRequest(
                 f"Invalid value for '{param}.content': expected a string or a list of content parts.",
@@ -91,7 +91,8 @@ def _is_bare_text(part: dict[str, Any]) -> bool:
     return part.get("type") in ("input_text", "output_text") and isinstance(part.get("text"), str)
 
 
-def _text_part(kind: str, text: str) -> dict[str, Any]:
+def text_part(kind: str, text: str) -> dict[str, Any]:
+    """A text content part: `input_text`, or `output_text` with its (empty) annotations and logprobs."""
     if kind == "output_text":
         return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
     return {"type": "input_text", "text": text}
@@ -528,7 +529,7 @@ def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[s
 def message_item(item_id: str, text: str, refusal: str | None = None, status: str = "completed") -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     if text or not refusal:
-        content.append(_text_part("output_text", text))
+        content.append(text_part("output_text", text))
     if refusal:
         content.append({"type": "refusal", "refusal": refusal})
     return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": content}
