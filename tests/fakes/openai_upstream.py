@@ -7,6 +7,9 @@ TensorZero's dummy provider does:
 
 - any name: echo the last user message (`echo: <text>`); `max_tokens` truncates with finish_reason length
 - `tool-*`: call the first tool in the request with `{"city": "Paris"}` arguments
+- `agent-*`: as `tool-*` until the conversation ends with the tool's answer, then `tool said: <its content>`
+  (an agent's loop); a tool message must answer a call of the assistant message before it, else a 400 as
+  OpenAI's
 - `error-<status>`: answer that HTTP status with an OpenAI error body (`retry-after: 7` on 429)
 - `die-midstream`: stream two content chunks, then drop the connection
 - `die-after-role`: stream the role chunk only, then drop the connection (nothing delivered)
@@ -97,7 +100,29 @@ def _validate_chat(body: Any) -> web.Response | None:
         return _error(400, "stream_options is only allowed when stream is true", param="stream_options")
     if "provider" in body:
         return _error(400, "Unrecognized request argument supplied: provider", param="provider")
+    if body["model"].startswith("agent-"):
+        return _unanswered_tool_message(messages)
     return None
+
+
+def _unanswered_tool_message(messages: list[dict[str, Any]]) -> web.Response | None:
+    """OpenAI's 400 for a tool message that answers no call of the assistant message before it."""
+    called: set[str] = set()
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            called = {c["id"] for c in m.get("tool_calls") or ()}
+        elif m["role"] == "tool" and m.get("tool_call_id") not in called:
+            message = "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with "
+            return _error(400, message + "'tool_calls'.", param=f"messages.[{i}].role")
+    return None
+
+
+def _calls_tool(body: dict[str, Any]) -> bool:
+    """`tool-*` always calls the first tool; `agent-*` until the conversation ends with the tool's answer."""
+    if not body.get("tools"):
+        return False
+    model: str = body["model"]
+    return model.startswith("tool-") or (model.startswith("agent-") and body["messages"][-1]["role"] != "tool")
 
 
 def _reply(body: dict[str, Any]) -> tuple[str, str, int, int]:
@@ -120,6 +145,8 @@ def _verbatim(body: dict[str, Any]) -> str | None:
         return _text_of(last_user)
     if model.startswith("json-fix"):
         return '{"ok": true}' if any(m["role"] == "assistant" for m in body["messages"]) else "not json"
+    if model.startswith("agent-") and body["messages"][-1]["role"] == "tool":
+        return "tool said: " + _text_of(body["messages"][-1])
     return None
 
 
@@ -136,7 +163,7 @@ def _completion(body: dict[str, Any]) -> dict[str, Any]:
     model = body["model"]
     created = int(time.time())
     usage_extra = {"prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0}}
-    if model.startswith("tool-") and body.get("tools"):
+    if _calls_tool(body):
         name = body["tools"][0]["function"]["name"]
         message: dict[str, Any] = {
             "role": "assistant",
@@ -270,7 +297,7 @@ class FakeOpenAI:
                 assert request.transport is not None
                 request.transport.close()
                 return resp
-            elif model.startswith("tool-") and body.get("tools"):
+            elif _calls_tool(body):
                 name = body["tools"][0]["function"]["name"]
                 call = {
                     "index": 0,
