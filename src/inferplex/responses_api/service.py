@@ -1,0 +1,365 @@
+"""`ResponsesService` (`services.responses`): `/v1/responses` on the chat pipeline, and its stored responses.
+
+A response is a chat request in another dress. The request (responses_api/wire.py) and the history of its
+`previous_response_id` (read from the caller's own stored row: another owner's id is a 404) become one chat
+body (`translate.to_chat`), which takes `Pipeline.chat` or `chat_stream`, so metering, limits, processors,
+routing and fallbacks are chat's exactly. The answer is dressed back as a `response` object
+(`translate.response_object`) or as the Responses stream grammar (`events.ResponseEvents`).
+
+With `store` (the default) the row is written before the caller has the answer: the buffered body is
+returned, or `response.completed` sent, only after it is committed, so a follow-up on any replica finds the
+history at once. The row holds `history` = the previous history + this input + this output, so a chain of any
+length is one read. `store: false` keeps nothing.
+
+`background: true` inserts a queued row and answers it at once; responses_api/background.py runs it on
+whichever replica claims it, as the caller (`Authenticator.principal_for`), appending its events to
+`response_events` as they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+
+from inferplex.accounts.delivered import counted_prompt_tokens
+from inferplex.auth import Authenticator
+from inferplex.canonical import ChatRequest, parse
+from inferplex.config import ResponsesConfig
+from inferplex.context import Context
+from inferplex.errors import GatewayError, InternalError, InvalidRequest, NotFound
+from inferplex.families.chat import CHAT
+from inferplex.gateway_request import GatewayRequest
+from inferplex.media_store.store import owner_of
+from inferplex.pipeline import ChatStream, Pipeline
+from inferplex.responses_api import translate
+from inferplex.responses_api.events import ResponseEvents
+from inferplex.responses_api.store import ACTIVE, TERMINAL, ResponseRows, StoredResponse, dumps, new_response_id
+from inferplex.responses_api.wire import ResponsesRequest
+
+log = logging.getLogger("inferplex.responses")
+
+Event = dict[str, Any]
+_ID = re.compile(r"resp_[A-Za-z0-9]{1,58}")
+_FINAL = ("response.completed", "response.incomplete", "response.failed")
+DAY_S = 86_400.0
+
+
+def plausible(response_id: str) -> bool:
+    """Whether `response_id` could be a stored response's id (anything else is a 404 without a read)."""
+    return _ID.fullmatch(response_id) is not None
+
+
+def not_found(response_id: str, param: str | None = None) -> NotFound:
+    return NotFound(f"Response with id '{response_id}' not found.", param=param, code="response_not_found")
+
+
+def history_of(previous: list[dict[str, Any]], items: list[dict[str, Any]], response: dict[str, Any]) -> list[Any]:
+    """What a follow-up sends before its own input: the previous history, this input, this output, in order."""
+    return [*previous, *items, *(response.get("output") or ())]
+
+
+def error_of(err: GatewayError) -> dict[str, Any]:
+    """A failure as a response's `error` (OpenAI's ResponseError: code and message)."""
+    return {"code": err.code or err.type, "message": err.message}
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A request ready to run: its id and time, its stored input items, the chat request it becomes, and the
+    history it continues."""
+
+    request: GatewayRequest[ResponsesRequest]
+    response_id: str
+    created_at: float
+    items: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    chat: GatewayRequest[ChatRequest]
+
+
+class ResponsesService:
+    def __init__(
+        self, pipeline: Pipeline, rows: ResponseRows, auth: Authenticator | None, config: ResponsesConfig
+    ) -> None:
+        self.pipeline = pipeline
+        self.rows = rows
+        self.auth = auth
+        self.config = config
+        self.wake: Callable[[], None] = lambda: None  # set by the background worker: a new row to run
+        self.closers: list[Callable[[], Awaitable[None]]] = []  # the worker's stop (wiring.start)
+
+    def with_pipeline(self, pipeline: Pipeline) -> ResponsesService:
+        """The same service on another pipeline (a batch runner's, whose guard defers settlement)."""
+        other = ResponsesService(pipeline, self.rows, self.auth, self.config)
+        other.wake = self.wake
+        return other
+
+    async def aclose(self) -> None:
+        for close in self.closers:
+            await close()
+
+    # ---- preparing ------------------------------------------------------------------------------------
+
+    async def history(self, ctx: Context, body: ResponsesRequest) -> list[dict[str, Any]]:
+        """The items `previous_response_id` continues: the caller's own finished response's history."""
+        previous = body.previous_response_id
+        if previous is None:
+            return []
+        row = await self.rows.get(previous, owner_of(ctx.principal)) if plausible(previous) else None
+        if row is None:
+            raise NotFound(
+                f"Previous response with id '{previous}' not found.",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        if row.history is None:
+            raise InvalidRequest(
+                f"Previous response with id '{previous}' is {row.status}: only a finished response can be continued.",
+                param="previous_response_id",
+                code="previous_response_not_finished",
+            )
+        return row.history
+
+    async def prepare(
+        self,
+        ctx: Context,
+        request: GatewayRequest[ResponsesRequest],
+        *,
+        stream: bool = False,
+        response_id: str | None = None,
+        created_at: float | None = None,
+    ) -> Prepared:
+        """Everything a run needs, every 400 and 404 raised before anything is reserved or stored."""
+        body = request.body
+        history = await self.history(ctx, body)
+        window = self._context_window(body.model, request) if body.truncation == "auto" else None
+        chat_body = translate.to_chat(body, history, stream=stream, context_window=window)
+        chat = GatewayRequest(parse(ChatRequest, chat_body), request.options)
+        items = translate.input_items(body)
+        return Prepared(request, response_id or new_response_id(), created_at or time.time(), items, history, chat)
+
+    def _context_window(self, model: str, request: GatewayRequest[ResponsesRequest]) -> int | None:
+        try:
+            resolved = self.pipeline.catalog.resolve(model, request.options.provider_name, kind=CHAT.model_type)
+        except GatewayError:
+            return None  # the pipeline answers the unknown model itself
+        return resolved.model.context_window
+
+    # ---- running ----------------------------------------------------------------------------------------
+
+    async def respond(self, ctx: Context, request: GatewayRequest[ResponsesRequest]) -> dict[str, Any]:
+        """A buffered response (stored first when `store`): what `POST /v1/responses` answers without
+        `stream`, and what a batch line's `/v1/responses` body gets."""
+        prepared = await self.prepare(ctx, request)
+        completion = await self.pipeline.chat(prepared.chat, ctx)
+        response = translate.response_object(
+            request.body,
+            response_id=prepared.response_id,
+            created_at=int(prepared.created_at),
+            completion=cast(dict[str, Any], completion),
+        )
+        if request.body.store:
+            await self._insert(ctx, prepared, response)
+        return response
+
+    async def stream(self, ctx: Context, request: GatewayRequest[ResponsesRequest]) -> AsyncIterator[Event]:
+        """A streamed response: the upstream stream started (a failure before its first chunk is still an HTTP
+        error), then the events, the row stored before the closing ones."""
+        prepared = await self.prepare(ctx, request, stream=True)
+        stream = await self.pipeline.chat_stream(prepared.chat, ctx)
+        store = self._insert if request.body.store else None
+        return self.events(ctx, prepared, stream, store)
+
+    def skeleton(self, prepared: Prepared, status: str) -> dict[str, Any]:
+        """The response object before any output (queued, in progress)."""
+        return translate.skeleton(
+            prepared.request.body,
+            response_id=prepared.response_id,
+            created_at=int(prepared.created_at),
+            status=status,
+        )
+
+    async def events(
+        self,
+        ctx: Context,
+        prepared: Prepared,
+        stream: ChatStream,
+        store: Callable[[Context, Prepared, dict[str, Any]], Awaitable[None]] | None,
+    ) -> AsyncIterator[Event]:
+        """The Responses events of a started chat stream. The stream is closed (so settled, and its cost known)
+        before the closing events, and `store` writes the final response before they are yielded."""
+        events = ResponseEvents(self.skeleton(prepared, "in_progress"))
+        try:
+            for event in events.start():
+                yield event
+            try:
+                async for chunk in stream:
+                    for event in events.feed(cast(dict[str, Any], chunk)):
+                        yield event
+            except Exception as exc:
+                err = exc if isinstance(exc, GatewayError) else InternalError(f"The stream failed ({ctx.request_id}).")
+                closing = events.fail(error_of(err))
+            else:
+                closing = events.finish()
+            await stream.aclose()
+            if store is not None:
+                await store(ctx, prepared, events.response)
+            for event in closing:
+                yield event
+        finally:
+            await stream.aclose()
+
+    async def _insert(self, ctx: Context, prepared: Prepared, response: dict[str, Any]) -> None:
+        status = str(response.get("status") or "completed")
+        finished = status in ("completed", "incomplete")
+        values = self._row(ctx, prepared, response, status, background=False)
+        values |= {
+            "history": dumps(history_of(prepared.history, prepared.items, response)) if finished else None,
+            "cost_micros": ctx.cost_micros,
+            "completed_at": time.time(),
+        }
+        await asyncio.shield(self.rows.insert(values))
+
+    def _row(
+        self, ctx: Context, prepared: Prepared, response: dict[str, Any], status: str, *, background: bool
+    ) -> dict[str, Any]:
+        p, body = ctx.principal, prepared.request.body
+        raw = body.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return {
+            "id": prepared.response_id, "owner": owner_of(p), "account_id": p.account_id, "key_id": p.key_id,
+            "scopes": dumps(sorted(p.scopes)), "model": body.model, "status": status, "background": background,
+            "previous_response_id": body.previous_response_id, "request": dumps(raw),
+            "input_items": dumps(prepared.items), "response": dumps(response), "history": None,
+            "request_id": ctx.request_id, "cost_micros": None, "created_at": prepared.created_at,
+            "completed_at": None, "expires_at": prepared.created_at + self.retention_s(ctx), "next_run_at": None,
+            "attempts": 0, "claimed_by": None, "claimed_until": None,
+        }  # fmt: skip
+
+    def retention_s(self, ctx: Context) -> float:
+        """How long a response is kept: the account's own `responses_retention_days` where its key's metadata
+        sets one, else the configured default."""
+        own = ctx.principal.metadata.get("responses_retention_days") if ctx.principal.metadata else None
+        days = own if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0 else None
+        return float(days or self.config.retention_days) * DAY_S
+
+    # ---- background -------------------------------------------------------------------------------------
+
+    async def start_background(
+        self, ctx: Context, request: GatewayRequest[ResponsesRequest], raw: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Insert a queued background row (checked first as a run would be) and answer it at once."""
+        prepared = await self.prepare(ctx, request)
+        self.pipeline.resolve(ctx, request.body.model, request.options.provider_name, CHAT)  # 404/403 now
+        response = self.skeleton(prepared, "queued")
+        values = self._row(ctx, prepared, response, "queued", background=True)
+        values |= {"request": dumps(raw), "next_run_at": prepared.created_at}
+        await self.rows.insert(values)
+        self.wake()
+        return response
+
+    # ---- reading --------------------------------------------------------------------------------------
+
+    async def owned(self, ctx: Context, response_id: str) -> StoredResponse:
+        row = await self.rows.get(response_id, owner_of(ctx.principal)) if plausible(response_id) else None
+        if row is None:
+            raise not_found(response_id)
+        return row
+
+    async def retrieve(self, ctx: Context, response_id: str) -> dict[str, Any]:
+        return (await self.owned(ctx, response_id)).response
+
+    async def delete(self, ctx: Context, response_id: str) -> dict[str, Any]:
+        row = await self.rows.delete(response_id, owner_of(ctx.principal)) if plausible(response_id) else None
+        if row is None:
+            raise not_found(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    async def cancel(self, ctx: Context, response_id: str) -> dict[str, Any]:
+        """Cancel a background response: queued or running, it ends `cancelled` (a running one is charged
+        for what it produced); a finished one is answered as it is. Any other response is a 400."""
+        owner = owner_of(ctx.principal)
+        row = await self.rows.get(response_id, owner) if plausible(response_id) else None
+        if row is None:
+            raise not_found(response_id)
+        if not row.background:
+            raise InvalidRequest(
+                "Only responses created with background set to true can be cancelled.", param="response_id",
+                code="not_background",
+            )  # fmt: skip
+        if row.status in ACTIVE:
+            row = await self.rows.cancel(response_id, owner) or row
+        if row.status == "cancelled" and row.response.get("status") != "cancelled":
+            response = {**row.response, "status": "cancelled"}
+            await self.rows.update(response_id, {"response": dumps(response)}, statuses=("cancelled",))
+            return response
+        return row.response
+
+    async def input_items(
+        self, ctx: Context, response_id: str, after: str | None, limit: int, order: str
+    ) -> dict[str, Any]:
+        """OpenAI's ResponseItemList page of the response's input items."""
+        items = (await self.owned(ctx, response_id)).input_items
+        if order == "desc":
+            items = items[::-1]
+        if after is not None:
+            ids = [i.get("id") for i in items]
+            if after not in ids:
+                raise InvalidRequest(f"No input item with id '{after}' to list after.", param="after")
+            items = items[ids.index(after) + 1 :]
+        page = items[:limit]
+        return {
+            "object": "list",
+            "data": page,
+            "first_id": page[0].get("id") if page else None,
+            "last_id": page[-1].get("id") if page else None,
+            "has_more": len(items) > limit,
+        }
+
+    async def input_tokens(self, ctx: Context, request: GatewayRequest[ResponsesRequest]) -> dict[str, Any]:
+        """`POST /v1/responses/input_tokens`: the prompt this request would send, counted as the gateway
+        estimates prompts (accounts/delivered.py), history included. Nothing is called, nothing billed."""
+        prepared = await self.prepare(ctx, request)
+        return {"object": "response.input_tokens", "input_tokens": counted_prompt_tokens(prepared.chat.body)}
+
+    async def follow(self, ctx: Context, response_id: str, after: int) -> AsyncIterator[Event]:
+        """A background response's events after `after` (a sequence number), then the new ones as they are
+        stored, until it has finished. The row is checked now, so an unknown id is an HTTP 404."""
+        row = await self.owned(ctx, response_id)
+        if not row.background:
+            raise InvalidRequest(
+                "Only responses created with background set to true can be streamed after they were created.",
+                param="stream", code="not_background",
+            )  # fmt: skip
+        return self._follow(response_id, after)
+
+    async def _follow(self, response_id: str, after: int) -> AsyncIterator[Event]:
+        while True:
+            found = await self.rows.events_after(response_id, after)
+            for seq, data in found:
+                after = seq
+                event = orjson.loads(data)
+                yield event
+                if event.get("type") in _FINAL:
+                    return
+            if found:
+                continue
+            row = await self.rows.get(response_id)
+            if row is None or row.status in TERMINAL:
+                for _seq, data in await self.rows.events_after(response_id, after):
+                    yield orjson.loads(data)
+                return
+            await asyncio.sleep(self.config.follow_poll_s)
+
+
+async def aclose_quietly(events: AsyncIterator[Event]) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()
