@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, Column, Float, Index, MetaData, Row, String, Table, Text, delete, select
+from sqlalchemy import BigInteger, Column, Float, Index, MetaData, Row, String, Table, Text, and_, delete, or_, select
 from sqlalchemy.engine import Connection
 
 from inferplex.store.backend import Database
@@ -108,6 +108,35 @@ class FileRows:
     async def expired(self, now: float, limit: int) -> list[Placed]:
         """Up to `limit` rows whose time is past `now`, the oldest first."""
         query = select(media_files).where(F.expires_at < now).order_by(F.expires_at).limit(limit)
+        rows = await self.db.read(lambda conn: conn.execute(query).all())
+        return [_placed(r) for r in rows]
+
+    async def page(
+        self,
+        owner: str,
+        purposes: frozenset[str],
+        backend: str,
+        now: float,
+        after: StoredFile | None,
+        limit: int,
+        descending: bool,
+    ) -> list[Placed]:
+        """Up to `limit` of `owner`'s unexpired files of `purposes` in `backend`, by creation time (then id),
+        after the file `after` in that order: the Files API's list (dialects/openai_files.py)."""
+        query = select(media_files).where(
+            F.owner == owner,
+            F.purpose.in_(sorted(purposes)),
+            F.backend == backend,
+            or_(F.expires_at.is_(None), F.expires_at > now),
+        )
+        if after is not None:
+            if descending:
+                beyond = or_(F.created_at < after.created_at, and_(F.created_at == after.created_at, F.id < after.id))
+            else:
+                beyond = or_(F.created_at > after.created_at, and_(F.created_at == after.created_at, F.id > after.id))
+            query = query.where(beyond)
+        order = (F.created_at.desc(), F.id.desc()) if descending else (F.created_at.asc(), F.id.asc())
+        query = query.order_by(*order).limit(limit)
         rows = await self.db.read(lambda conn: conn.execute(query).all())
         return [_placed(r) for r in rows]
 

@@ -229,6 +229,14 @@ class MediaStore:
             return None
         return file if owner is None or file.owner == owner else None
 
+    async def page(
+        self, owner: str, purposes: frozenset[str], after: StoredFile | None, limit: int, *, descending: bool = True
+    ) -> tuple[list[StoredFile], bool]:
+        """`owner`'s unexpired files of `purposes`, `limit` of them after the file `after` (in creation order,
+        newest first if `descending`), and whether more follow."""
+        found = await self.rows.page(owner, purposes, self.blobs.name, time.time(), after, limit + 1, descending)
+        return [p.file for p in found[:limit]], len(found) > limit
+
     def read(self, file: StoredFile, start: int = 0, end: int | None = None) -> AsyncIterator[bytes]:
         """The file's bytes `[start, end)` (`end` None: to the end), as a stream of chunks."""
         return self.blobs.get(file.id, start, end)

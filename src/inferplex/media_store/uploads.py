@@ -27,7 +27,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
 
 from inferplex.errors import InvalidRequest, PayloadTooLarge, UnsupportedMediaType
-from inferplex.media_store.sniff import HEAD_BYTES, verdict
+from inferplex.media_store.sniff import HEAD_BYTES, canonical, verdict
 
 if TYPE_CHECKING:  # python-multipart declares its callbacks' type for type checkers only
     from python_multipart.multipart import MultipartCallbacks
@@ -35,6 +35,9 @@ if TYPE_CHECKING:  # python-multipart declares its callbacks' type for type chec
 # How a text field is read: `list` gathers a repeated field (`name` or `name[]`, as OpenAI's SDKs send
 # arrays) into a list of strings; `json` parses an object sent as text.
 FieldKind = Literal["str", "int", "float", "bool", "json", "list"]
+# The accepted types of a field that takes a file of any type (the Files API's `file`): its bytes are not
+# sniffed, and its type is the one the part declares (else application/octet-stream).
+ANY_TYPE: frozenset[str] = frozenset({"*/*"})
 MAX_FIELD_BYTES = 1024 * 1024
 MAX_FIELDS = 1000
 MAX_FILES = 16
@@ -205,6 +208,8 @@ class _Reader:
 
     def _check(self, part: _Part) -> str:
         allowed = self.allowed[part.name]
+        if allowed == ANY_TYPE:
+            return canonical(part.declared) or "application/octet-stream"
         found, problem = verdict(part.head, part.declared, allowed)
         if problem == "mismatch":
             raise InvalidRequest(
