@@ -389,11 +389,11 @@ def truncate(messages: list[dict[str, Any]], context_window: int) -> list[dict[s
             units[-1].append(m)
         else:
             units.append([m])
-    budget = context_window - estimate_tokens(system)
-    sizes = [estimate_tokens(u) for u in units]
+    fixed = len(orjson.dumps(system))
+    sizes = [len(orjson.dumps(u)) for u in units]  # in JSON characters, as the estimate counts
     total = sum(sizes)
     start = 0
-    while total > budget and start < len(units) - 1:
+    while math.ceil((fixed + total) / 3) + 8 > context_window and start < len(units) - 1:
         total -= sizes[start]
         start += 1
     if start == 0:
