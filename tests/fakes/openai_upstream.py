@@ -392,8 +392,15 @@ class FakeOpenAI:
         }
         return web.Response(body=orjson.dumps(out), content_type="application/json")
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """`POST /v1/responses`: OpenAI's Responses API (tests/fakes/openai_responses_upstream.py)."""
+        from tests.fakes.openai_responses_upstream import serve
+
+        return await serve(self, request)
+
     def start(self) -> FakeOpenAI:
         routes = [web.post("/v1/chat/completions", self.chat), web.post("/v1/embeddings", self.embeddings)]
+        routes.append(web.post("/v1/responses", self.responses))
         self._server = BackgroundServer(routes, "openai")
         self.port = self._server.start()
         return self

@@ -27,6 +27,7 @@ from inferplex.providers.base import CallInfo
 from inferplex.providers.openai_audio import AzureAudio
 from inferplex.providers.openai_compat import OpenAICompatible
 from inferplex.providers.openai_images import AzureImages
+from inferplex.providers.openai_responses import AzureResponses
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
 from inferplex.targets import Target
 
@@ -50,7 +51,7 @@ class _Deployment(OpenAICompatible):
         self._embed_url = self._embed_url.with_query({"api-version": api_version})
 
 
-class AzureOpenAI(AzureAudio, AzureImages):
+class AzureOpenAI(AzureAudio, AzureImages, AzureResponses):
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
         if not config.base_url:
             raise ConfigError(f"provider {config.name}: base_url (https://<resource>.openai.azure.com) is required")

@@ -27,6 +27,7 @@ from inferplex.providers.failures import OPENAI
 from inferplex.providers.openai_audio import OpenAIAudio
 from inferplex.providers.openai_caps import CAPABILITIES
 from inferplex.providers.openai_images import OpenAIImages
+from inferplex.providers.openai_responses import OpenAIResponses
 from inferplex.providers.openai_videos import OpenAIVideos
 from inferplex.providers.profiles import PROFILES, VendorProfile, profile_for
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList
@@ -80,7 +81,7 @@ def normalize_completion(data: _Answer, public_model: str) -> ChatCompletion:
     return data
 
 
-class OpenAICompatible(OpenAIAudio, OpenAIImages, OpenAIVideos):
+class OpenAICompatible(OpenAIAudio, OpenAIImages, OpenAIVideos, OpenAIResponses):
     def __init__(self, config: ProviderConfig, session: aiohttp.ClientSession) -> None:
         if config.profile is not None and config.profile not in PROFILES:
             raise ConfigError(
