@@ -1,0 +1,155 @@
+"""The Responses API's stream, event by event, against OpenAI's published schema, for every provider kind.
+
+For each kind with a fake (OpenAI-compatible, Azure, Anthropic, Gemini, Bedrock, the bundled local model)
+and each behaviour its fake can produce (tests/responses_api/upstreams.py): a streamed `POST /v1/responses`
+read as raw SSE, every event validated against the schema of its type and the whole stream against OpenAI's
+grammar (schema.check_stream: sequence numbers 0..n, created, in_progress, items opened and closed in
+order, deltas adding up, one terminal event whose response holds exactly the finished items); the same
+request buffered is validated against `Response`, and read by the official `openai` SDK (typed events, the
+stream helper's final response) as a client would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import orjson
+import pytest
+
+from tests.gateway_server import GatewayServer
+from tests.responses_api.schema import check_response, check_stream, sse_events
+from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
+    LONG_INPUT,
+    WEATHER_TOOL,
+    _native_keys,
+    fake_anthropic,
+    fake_azure,
+    fake_bedrock,
+    fake_gemini,
+    fake_openai,
+    gateway_fixture,
+    kinds,
+    model,
+)
+
+CASES = [(kind, behaviour) for behaviour in ("text", "tool", "think", "truncated") for kind in kinds(behaviour)]
+
+
+def body_for(kind: str, behaviour: str, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model(kind, behaviour), "input": "What is the weather in Paris?", **extra}
+    if behaviour == "tool":
+        body["tools"] = [WEATHER_TOOL]
+    if behaviour == "truncated":
+        body.update(input=LONG_INPUT, max_output_tokens=16)
+    if kind == "local":
+        body.update(max_output_tokens=16, temperature=0.0)
+    return body
+
+
+def post(gateway: GatewayServer, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(gateway.base_url + "/responses", json=body, headers=gateway.auth, timeout=60)
+
+
+def streamed(gateway: GatewayServer, body: dict[str, Any]) -> list[dict[str, Any]]:
+    r = post(gateway, {**body, "stream": True})
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/event-stream"), r.headers["content-type"]
+    return sse_events(r.text)
+
+
+def expect(kind: str, behaviour: str, response: dict[str, Any]) -> None:
+    """What the fake of `kind` answered, as the response's output and status must say it."""
+    output = response["output"]
+    kinds_out = [item["type"] for item in output]
+    usage = response["usage"]
+    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0, usage
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"], usage
+    if behaviour == "tool":
+        assert response["status"] == "completed", response["status"]
+        calls = [item for item in output if item["type"] == "function_call"]
+        assert len(calls) == 1, kinds_out
+        assert calls[0]["name"] == "get_weather" and calls[0]["call_id"], calls[0]
+        assert orjson.loads(calls[0]["arguments"]) == {"city": "Paris"}, calls[0]["arguments"]
+        return
+    messages = [item for item in output if item["type"] == "message"]
+    assert len(messages) == 1, kinds_out
+    text = "".join(part["text"] for part in messages[0]["content"] if part["type"] == "output_text")
+    assert text, messages[0]
+    if kind != "local":
+        assert text.startswith("echo:"), text
+    if behaviour == "think":
+        assert kinds_out == ["reasoning", "message"], kinds_out
+    if behaviour == "truncated":
+        assert response["status"] == "incomplete", response["status"]
+        assert response["incomplete_details"] == {"reason": "max_output_tokens"}, response["incomplete_details"]
+    elif kind != "local":
+        assert response["status"] == "completed", response["status"]
+
+
+@pytest.mark.parametrize(("kind", "behaviour"), CASES)
+def test_stream_fits_openais_schema_and_grammar(gateway: GatewayServer, kind: str, behaviour: str) -> None:
+    events = streamed(gateway, body_for(kind, behaviour))
+    final = check_stream(events)
+    expect(kind, behaviour, final)
+    assert final["model"] == model(kind, behaviour)
+
+
+@pytest.mark.parametrize(("kind", "behaviour"), CASES)
+def test_buffered_fits_openais_response_schema(gateway: GatewayServer, kind: str, behaviour: str) -> None:
+    r = post(gateway, body_for(kind, behaviour))
+    assert r.status_code == 200, r.text
+    response = r.json()
+    check_response(response)
+    expect(kind, behaviour, response)
+    assert response["id"].startswith("resp_") and response["object"] == "response"
+
+
+@pytest.mark.parametrize("kind", kinds("midstream"))
+def test_upstream_failing_midstream_ends_with_response_failed(gateway: GatewayServer, kind: str) -> None:
+    events = streamed(gateway, {"model": model(kind, "midstream"), "input": "tell me"})
+    final = check_stream(events)
+    assert events[-1]["type"] == "response.failed"
+    assert final["status"] == "failed" and final["error"]["message"], final["error"]
+
+
+@pytest.mark.parametrize("kind", kinds("tool"))
+def test_tool_output_round_trip_streamed(gateway: GatewayServer, kind: str) -> None:
+    """The function call's output sent back by `previous_response_id`: the fake answers `tool said: ...`,
+    so it received the output, and the second stream fits the grammar too."""
+    first = check_stream(streamed(gateway, body_for(kind, "tool")))
+    call = next(item for item in first["output"] if item["type"] == "function_call")
+    output = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny, 21 C"}
+    body = {**body_for(kind, "tool"), "input": [output], "previous_response_id": first["id"]}
+    second = check_stream(streamed(gateway, body))
+    assert second["status"] == "completed" and second["previous_response_id"] == first["id"]
+    message = next(item for item in second["output"] if item["type"] == "message")
+    assert message["content"][0]["text"] == "tool said: sunny, 21 C", message
+
+
+@pytest.fixture(scope="module")
+def client(gateway: GatewayServer) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.base_url, api_key=gateway.master_key, max_retries=0)
+
+
+@pytest.mark.parametrize(("kind", "behaviour"), [(k, b) for k, b in CASES if b in ("text", "tool")])
+def test_openai_sdk_reads_the_stream(client: openai.OpenAI, kind: str, behaviour: str) -> None:
+    """Each event parses into the SDK's own type for it (an event it does not know would stay a bare
+    model), and the SDK's stream helper assembles the same response the terminal event carries."""
+    body = body_for(kind, behaviour)
+    seen = []
+    for event in client.responses.create(**body, stream=True):
+        assert type(event).__module__.startswith("openai.types.responses."), type(event)
+        seen.append(event.type)
+    assert seen[0] == "response.created" and seen[-1] in ("response.completed", "response.incomplete"), seen
+    if seen[-1] == "response.incomplete":
+        return  # (the local model, cut short) the SDK's stream helper wants `response.completed`
+    with client.responses.stream(**body) as stream:
+        final = stream.get_final_response()
+    if behaviour == "tool":
+        call = next(item for item in final.output if item.type == "function_call")
+        assert call.name == "get_weather" and orjson.loads(call.arguments) == {"city": "Paris"}
+    else:
+        assert final.output_text
+    assert final.usage is not None and final.usage.total_tokens > 0
