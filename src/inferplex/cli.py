@@ -1,4 +1,4 @@
-"""The `inferplex` command: `serve`, `config check FILE`, `--version`."""
+"""The `inferplex` command: `serve`, `worker`, `config check FILE`, `--version`."""
 
 from __future__ import annotations
 
@@ -171,6 +171,36 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    """`inferplex worker`: the gateway's background work (batches, and the durable jobs) without its HTTP
+    server: the same lifespan as `serve`, with the batch worker on whatever `batches.worker` says, until
+    SIGINT or SIGTERM (docs/batches.md)."""
+    import logging
+
+    from inferplex.app import create_app
+
+    config, source = _load(args.config)
+    check_pricing(config, source)
+    _check_adapters(config, source)
+    config = config.model_copy(update={"batches": config.batches.model_copy(update={"worker": True})})
+    app = create_app(config, resolve_master_key(config, source).value)
+    logging.basicConfig(level=config.server.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    print(f"Inferplex {__version__} worker running batches (config: {source})", flush=True)
+
+    async def run() -> None:
+        import signal
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with app.router.lifespan_context(app):
+            await stop.wait()
+
+    asyncio.run(run())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferplex", description="A self-hosted LLM inference gateway.")
     parser.add_argument("--version", action="version", version=f"inferplex {__version__}")
@@ -179,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--config", help="YAML config file (default: $INFERPLEX_CONFIG, else embedded defaults)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    worker = sub.add_parser("worker", help="run the batch worker without serving HTTP")
+    worker.add_argument("--config", help="YAML config file (default: $INFERPLEX_CONFIG, else embedded defaults)")
     config = sub.add_parser("config", help="configuration tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)
     check = config_sub.add_parser("check", help="validate a config file and exit")
@@ -188,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "worker":
+            return _worker(args)
         if args.command in cli_admin.COMMANDS:
             return cli_admin.run(args, _load(args.config)[0])
         return _check(args.file)
