@@ -330,3 +330,22 @@ def test_fail_before_any_output() -> None:
     out = events.start() + events.fail({"code": "server_error", "message": "x"})
     final = check_stream(out)
     assert final["output"] == [] and final["usage"] is None
+
+
+def test_a_signed_thinking_block_is_carried_for_the_next_turn() -> None:
+    chunks = [
+        delta(reasoning_content="hm"),
+        delta(reasoning_signature="sig"),
+        delta(reasoning_signature="=="),
+        delta(tool_calls=[{**call(0, "call_a", "f", "{}"), "extra_content": {"google": {"thought_signature": "ts"}}}]),
+        delta("tool_calls"),
+        usage_chunk(),
+    ]
+    events, out = run(chunks)
+    final = check_stream(out)
+    reasoning, function_call = final["output"]
+    assert translate.uncarried(reasoning["encrypted_content"]) == [
+        {"type": "thinking", "thinking": "hm", "signature": "sig=="}
+    ]
+    assert function_call["extra_content"] == {"google": {"thought_signature": "ts"}}
+    assert events.response == final

@@ -772,3 +772,80 @@ def test_usage(usage: dict[str, Any] | None, expected: dict[str, Any] | None) ->
     assert got is not None
     assert {k: got[k] for k in expected} == expected
     check("ResponseUsage", got)
+
+
+# ---- what the next turn needs back: signed thinking, Gemini's thought signatures ---------------------------
+
+THINKING = [{"type": "thinking", "thinking": "hm", "signature": "sig=="}, {"type": "redacted_thinking", "data": "xyz"}]
+GEMINI_CALL = {**CHAT_CALL, "extra_content": {"google": {"thought_signature": "ts=="}}}
+
+
+def test_thinking_blocks_ride_in_encrypted_content_and_come_back() -> None:
+    """Anthropic's and Bedrock's signed thinking blocks go out in the reasoning item and, read back as
+    history, reach the assistant message they belong to, ahead of its tool call."""
+    message = {"content": None, "reasoning_content": "hm", "thinking_blocks": THINKING, "tool_calls": [CHAT_CALL]}
+    got = translate.response_object(
+        request(input="hi"),
+        response_id="r",
+        created_at=1,
+        completion=completion(message, "tool_calls"),
+        make_id=counter(),
+    )
+    check_response(got)
+    reasoning = got["output"][0]
+    assert reasoning["type"] == "reasoning" and reasoning["summary"] == [{"type": "summary_text", "text": "hm"}]
+    assert translate.uncarried(reasoning["encrypted_content"]) == THINKING
+    history = [*translate.input_items(request(input="hi"), make_id=counter()), *got["output"]]
+    output = {"type": "function_call_output", "call_id": "call_1", "output": "1"}
+    assert chat(history, input=[output])["messages"] == [
+        USER,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [CHAT_CALL],
+            "reasoning_content": "hm",
+            "thinking_blocks": THINKING,
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "1"},
+    ]
+
+
+def test_redacted_thinking_alone_still_makes_a_reasoning_item() -> None:
+    message = {"content": "ok", "thinking_blocks": [THINKING[1]]}
+    got = translate.response_object(request(input="hi"), response_id="r", created_at=1, completion=completion(message))
+    check_response(got)
+    assert got["output"][0]["summary"] == [] and translate.uncarried(got["output"][0]["encrypted_content"]) == [
+        THINKING[1]
+    ]
+
+
+@pytest.mark.parametrize(
+    "content", [None, "", "gAAAAopenai-encrypted", "inferplex.v1:!!!", "inferplex.v1:bm90IGpzb24", 3]
+)
+def test_encrypted_content_not_ours_is_dropped(content: Any) -> None:
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": content}
+    assert chat(input=[USER, item, {"role": "assistant", "content": "a"}])["messages"][-1] == {
+        "role": "assistant",
+        "content": "a",
+    }
+
+
+def test_gemini_thought_signatures_go_out_with_the_call_and_come_back() -> None:
+    got = translate.response_object(
+        request(input="hi"),
+        response_id="r",
+        created_at=1,
+        completion=completion({"content": None, "tool_calls": [GEMINI_CALL]}, "tool_calls"),
+    )
+    check_response(got)
+    assert got["output"][0]["extra_content"] == GEMINI_CALL["extra_content"]
+    assert chat(got["output"], input="next")["messages"][0] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [GEMINI_CALL],
+    }
+
+
+def test_cache_writes_reported_as_an_anthropic_style_upstream_names_them() -> None:
+    got = translate.response_usage({"prompt_tokens": 10, "completion_tokens": 1, "cache_creation_input_tokens": 4})
+    assert got is not None and got["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 4}

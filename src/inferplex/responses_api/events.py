@@ -68,6 +68,8 @@ class _Item:
     parts: list[dict[str, Any]] = field(default_factory=list)  # a message's closed parts
     call_id: str = ""
     name: str = ""
+    signature: str = ""  # a thinking block's signature (Anthropic, Bedrock), sent back next turn
+    extra: dict[str, Any] | None = None  # a call's `extra_content` (Gemini's thought signature)
     status: str | None = None  # set when closed: "completed" or "incomplete"
 
 
@@ -107,6 +109,8 @@ class ResponseEvents:
             delta = choice.get("delta") or {}
             if delta.get("reasoning_content"):
                 out += self._reasoning(delta["reasoning_content"])
+            if delta.get("reasoning_signature") and self._open is not None and self._open.kind == "reasoning":
+                self._open.signature += delta["reasoning_signature"]
             if delta.get("content"):
                 out += self._text(delta["content"])
             if delta.get("refusal"):
@@ -223,6 +227,8 @@ class ResponseEvents:
             item.call_id = call.get("id") or self._make_id("call")
             item.name = function.get("name") or ""
             self._calls[index] = item
+            if isinstance(call.get("extra_content"), dict):
+                item.extra = call["extra_content"]
             out.append(self._added(item))
         elif function.get("name") and not item.name:
             item.name = function["name"]
@@ -320,7 +326,10 @@ class ResponseEvents:
                 return message
             return translate.function_call_item(item.item_id, item.call_id, item.name, "", "in_progress")
         if item.kind == "reasoning":
-            return translate.reasoning_item(item.item_id, item.text, status)
+            blocks = (
+                [{"type": "thinking", "thinking": item.text, "signature": item.signature}] if item.signature else None
+            )
+            return translate.reasoning_item(item.item_id, item.text, status, blocks)
         if item.kind == "message":
             message = translate.message_item(item.item_id, "", status=status)
             parts = list(item.parts)
@@ -330,7 +339,10 @@ class ResponseEvents:
                 parts.append({"type": "refusal", "refusal": item.refusal})
             message["content"] = parts
             return message
-        return translate.function_call_item(item.item_id, item.call_id, item.name, item.text, status)
+        done = translate.function_call_item(item.item_id, item.call_id, item.name, item.text, status)
+        if item.extra is not None:
+            done["extra_content"] = item.extra
+        return done
 
     @staticmethod
     def _where(item: _Item) -> dict[str, Any]:

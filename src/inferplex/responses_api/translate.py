@@ -17,6 +17,8 @@ native pass-through (responses_api/native.py) forwards such requests as they are
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import secrets
 from collections.abc import Callable, Iterable
@@ -193,10 +195,11 @@ def messages_from(items: Iterable[tuple[dict[str, Any], str]], history: list[dic
     """Chat messages for (item, param) pairs in order: consecutive function calls (and the assistant text
     before them) become one assistant message with `tool_calls`, each output a `tool` message; a reasoning
     item's text rides on the assistant message that follows it as `reasoning_content` (where the canonical
-    keeps it), or is dropped when none follows. `item_reference`s are looked up in `history`."""
+    keeps it), with the signed thinking blocks its `encrypted_content` carries (`carried`), or is dropped
+    when none follows. `item_reference`s are looked up in `history`."""
     by_id = {item.get("id"): item for item in history if item.get("id")}
     out: list[dict[str, Any]] = []
-    reasoning: str | None = None
+    reasoning: dict[str, Any] | None = None
     for item, param in items:
         kind = item.get("type") or "message"
         if kind == "item_reference":
@@ -205,7 +208,7 @@ def messages_from(items: Iterable[tuple[dict[str, Any], str]], history: list[dic
                 raise InvalidRequest(f"Item with id {item.get('id')!r} not found.", param=f"{param}.id")
             item, kind = ref, ref.get("type") or "message"
         if kind == "reasoning":
-            reasoning = _reasoning_text(item)
+            reasoning = _reasoning(item)
             continue
         if kind == "message":
             message = _message(item, param)
@@ -215,6 +218,8 @@ def messages_from(items: Iterable[tuple[dict[str, Any], str]], history: list[dic
                 "type": "function",
                 "function": {"name": _string(item, "name", param), "arguments": _string(item, "arguments", param)},
             }
+            if isinstance(item.get("extra_content"), dict):  # Gemini's thought signature, wanted back
+                call["extra_content"] = item["extra_content"]
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
@@ -232,7 +237,7 @@ def messages_from(items: Iterable[tuple[dict[str, Any], str]], history: list[dic
                 param=f"{param}.type",
             )
         if message["role"] == "assistant" and reasoning:
-            message["reasoning_content"] = reasoning
+            message.update(reasoning)
         reasoning = None
         out.append(message)
     return out
@@ -245,10 +250,39 @@ def _string(item: dict[str, Any], key: str, param: str) -> str:
     return value
 
 
-def _reasoning_text(item: dict[str, Any]) -> str:
-    """The reasoning's own text when present, else its summaries joined."""
+def _reasoning(item: dict[str, Any]) -> dict[str, Any]:
+    """What a reasoning item gives the assistant message after it: its own text when present, else its
+    summaries joined, as `reasoning_content`; the thinking blocks it carries as `thinking_blocks`."""
     parts = item.get("content") or item.get("summary") or []
-    return "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+    text = "".join(p.get("text", "") for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str))
+    out: dict[str, Any] = {"reasoning_content": text} if text else {}
+    blocks = uncarried(item.get("encrypted_content"))
+    if blocks:
+        out["thinking_blocks"] = blocks
+    return out
+
+
+# A reasoning item's `encrypted_content` is opaque to the caller, and a client that keeps no state on the
+# server sends it back (`include: ["reasoning.encrypted_content"]`). Anthropic and Bedrock want their
+# signed thinking blocks back next turn (with tool use, a turn without them is refused), so they ride
+# there: not encrypted, only marked as ours. OpenAI's own encrypted reasoning (from the native path) is not
+# ours and is dropped by the translation.
+_CARRIED = "inferplex.v1:"
+
+
+def carried(thinking_blocks: list[dict[str, Any]]) -> str:
+    return _CARRIED + base64.urlsafe_b64encode(orjson.dumps(thinking_blocks)).decode()
+
+
+def uncarried(content: Any) -> list[dict[str, Any]]:
+    """The thinking blocks in an `encrypted_content`, [] when it is not one of ours or not readable."""
+    if not isinstance(content, str) or not content.startswith(_CARRIED):
+        return []
+    try:
+        blocks = orjson.loads(base64.urlsafe_b64decode(content[len(_CARRIED) :]))
+    except (binascii.Error, ValueError):
+        return []
+    return [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
 
 
 def _message(item: dict[str, Any], param: str) -> dict[str, Any]:
@@ -485,15 +519,19 @@ def response_object(
     choice = (completion.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     output: list[dict[str, Any]] = []
-    if message.get("reasoning_content"):
-        output.append(reasoning_item(make_id("rs"), message["reasoning_content"]))
+    blocks = message.get("thinking_blocks") or []
+    if message.get("reasoning_content") or blocks:
+        output.append(reasoning_item(make_id("rs"), message.get("reasoning_content") or "", thinking_blocks=blocks))
     if message.get("content") or message.get("refusal") or not message.get("tool_calls"):
         output.append(message_item(make_id("msg"), message.get("content") or "", message.get("refusal")))
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
-        output.append(
-            function_call_item(make_id("fc"), call.get("id", ""), function.get("name", ""), function.get("arguments"))
+        item = function_call_item(
+            make_id("fc"), call.get("id", ""), function.get("name", ""), function.get("arguments")
         )
+        if isinstance(call.get("extra_content"), dict):
+            item["extra_content"] = call["extra_content"]
+        output.append(item)
     status, reason = finish_status(choice.get("finish_reason"))
     if status == "incomplete":
         for item in output:
@@ -520,10 +558,16 @@ def finish_status(finish_reason: str | None) -> tuple[str, str | None]:
     return "completed", None
 
 
-def reasoning_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    """Reasoning as a summary (what Responses clients show); the upstream's text is not encrypted."""
+def reasoning_item(
+    item_id: str, text: str, status: str = "completed", thinking_blocks: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Reasoning as a summary (what Responses clients show), and the upstream's signed thinking blocks, if
+    any, carried in `encrypted_content` (`carried`) so the next turn can send them back."""
     summary = [{"type": "summary_text", "text": text}] if text else []
-    return {"type": "reasoning", "id": item_id, "summary": summary, "status": status}
+    item: dict[str, Any] = {"type": "reasoning", "id": item_id, "summary": summary, "status": status}
+    if thinking_blocks:
+        item["encrypted_content"] = carried(thinking_blocks)
+    return item
 
 
 def message_item(item_id: str, text: str, refusal: str | None = None, status: str = "completed") -> dict[str, Any]:
@@ -561,7 +605,9 @@ def response_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
         "input_tokens": prompt,
         "input_tokens_details": {
             "cached_tokens": int(prompt_details.get("cached_tokens") or 0),
-            "cache_write_tokens": int(prompt_details.get("cache_write_tokens") or 0),
+            "cache_write_tokens": int(
+                prompt_details.get("cache_write_tokens") or usage.get("cache_creation_input_tokens") or 0
+            ),
         },
         "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": int(completion_details.get("reasoning_tokens") or 0)},
