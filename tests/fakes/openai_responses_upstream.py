@@ -352,6 +352,11 @@ async def serve(fake: FakeOpenAI, request: web.Request) -> web.StreamResponse:
     except orjson.JSONDecodeError:
         return _error(400, "We could not parse the JSON body of your request.")
     fake.state.requests.append(Recorded(request.path, dict(request.headers), body))
+    return await respond(request, body)
+
+
+async def respond(request: web.Request, body: Any) -> web.StreamResponse:
+    """The answer to a decoded body, once the caller's key is checked (Azure's resource reuses it)."""
     bad = validate(body)
     if bad:
         return bad
