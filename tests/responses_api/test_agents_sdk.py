@@ -1,0 +1,137 @@
+"""The OpenAI Agents SDK (`openai-agents`) runs an agent with a function tool through the gateway's Responses API.
+
+The agent's model is the SDK's own `OpenAIResponsesModel` on an `AsyncOpenAI` client whose base URL is the
+gateway, tracing off, so nothing leaves the machine. Behind the gateway sits a fake of each provider kind
+(OpenAI-compatible, Anthropic, Gemini, and Bedrock): it calls the tool first, then, given the tool's
+output, answers `tool said: <output>`. A run passes when the tool ran once with the fake's arguments, the
+agent's final output is that answer, and the fake's last request carried the tool's output, answering the
+call it made, in the provider's own shape. Each run is made buffered (`Runner.run`) and streamed
+(`Runner.run_streamed`), sending the whole conversation each turn (the SDK's default) or chaining turns by
+`previous_response_id` (the gateway's stored history), and the streamed run's raw Responses events are
+checked against OpenAI's schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+from tests.gateway_server import GatewayServer
+from tests.responses_api.schema import check_event
+from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
+    Fakes,
+    _native_keys,
+    fake_anthropic,
+    fake_azure,
+    fake_bedrock,
+    fake_gemini,
+    fake_openai,
+    fakes_fixture,
+    gateway_fixture,
+    model,
+    tool_output_sent,
+)
+
+AGENT_KINDS = ("openai", "anthropic", "gemini", "bedrock")
+# what the tool's output must answer on each fake: the id of the call the fake made (Gemini: the function)
+CALLED = {"openai": "call_abc123", "anthropic": "toolu_01", "gemini": "get_weather", "bedrock": "tooluse_0"}
+# the SDK sends the whole conversation each turn, or (chained) only what is new with previous_response_id
+CHAINING = {"full-input": False, "chained": True}
+
+
+def weather_agent(gateway: GatewayServer, kind: str, calls: list[str], sent: list[dict[str, Any]]) -> Agent[Any]:
+    """The agent; the tool notes each city it is asked about in `calls`, the client each request body in
+    `sent`."""
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city.
+
+        Args:
+            city: The city's name.
+        """
+        calls.append(city)
+        return f"sunny in {city}"
+
+    async def record(request: Any) -> None:
+        sent.append(orjson.loads(request.content))
+
+    http = DefaultAsyncHttpxClient(event_hooks={"request": [record]})
+    client = AsyncOpenAI(base_url=gateway.base_url, api_key=gateway.master_key, max_retries=0, http_client=http)
+    return Agent(
+        name="weather",
+        instructions="Answer questions about the weather with the get_weather tool.",
+        tools=[get_weather],
+        model=OpenAIResponsesModel(model=model(kind, "tool"), openai_client=client),
+    )
+
+
+def check_run(kind: str, fakes: Fakes, chaining: str, sent: list[dict[str, Any]], first_id: str) -> None:
+    """The fake got the tool's output answering its call, and the SDK sent what `chaining` says: chained, the
+    second request holds only the tool's output, so the fake's whole conversation came from the gateway's
+    stored history."""
+    answered, text = tool_output_sent(kind, fakes)
+    assert (answered, text) == (CALLED[kind], "sunny in Paris")
+    assert len(sent) == 2, sent
+    kinds = [item.get("type", "message") for item in sent[1]["input"]]
+    if CHAINING[chaining]:
+        assert sent[1]["previous_response_id"] == first_id
+        assert kinds == ["function_call_output"], kinds
+    else:
+        assert "previous_response_id" not in sent[1]
+        assert kinds == ["message", "function_call", "function_call_output"], kinds
+
+
+@pytest.mark.parametrize("chaining", list(CHAINING))
+@pytest.mark.parametrize("kind", AGENT_KINDS)
+async def test_agent_runs_a_function_tool(gateway: GatewayServer, fakes: Fakes, kind: str, chaining: str) -> None:
+    calls: list[str] = []
+    sent: list[dict[str, Any]] = []
+    result = await Runner.run(
+        weather_agent(gateway, kind, calls, sent),
+        "What is the weather in Paris?",
+        run_config=RunConfig(tracing_disabled=True),
+        max_turns=4,
+        auto_previous_response_id=CHAINING[chaining],
+    )
+    assert calls == ["Paris"]
+    assert result.final_output == "tool said: sunny in Paris"
+    assert result.raw_responses[0].response_id is not None
+    check_run(kind, fakes, chaining, sent, result.raw_responses[0].response_id)
+    kinds = [item.type for item in result.new_items]
+    assert kinds == ["tool_call_item", "tool_call_output_item", "message_output_item"], kinds
+    assert len(result.raw_responses) == 2
+    for response in result.raw_responses:
+        assert response.response_id and response.response_id.startswith("resp_")
+        assert response.usage.total_tokens > 0
+
+
+@pytest.mark.parametrize("chaining", list(CHAINING))
+@pytest.mark.parametrize("kind", AGENT_KINDS)
+async def test_agent_runs_a_function_tool_streamed(
+    gateway: GatewayServer, fakes: Fakes, kind: str, chaining: str
+) -> None:
+    calls: list[str] = []
+    sent: list[dict[str, Any]] = []
+    result = Runner.run_streamed(
+        weather_agent(gateway, kind, calls, sent),
+        "What is the weather in Paris?",
+        run_config=RunConfig(tracing_disabled=True),
+        max_turns=4,
+        auto_previous_response_id=CHAINING[chaining],
+    )
+    raw: list[dict[str, Any]] = []
+    async for event in result.stream_events():
+        if event.type == "raw_response_event":
+            raw.append(event.data.model_dump(mode="json", exclude_unset=True))
+    assert calls == ["Paris"]
+    assert result.final_output == "tool said: sunny in Paris"
+    kinds = [e["type"] for e in raw]
+    assert kinds.count("response.created") == 2 and kinds.count("response.completed") == 2, kinds
+    check_run(kind, fakes, chaining, sent, raw[0]["response"]["id"])
+    for one in raw:
+        check_event(one)
