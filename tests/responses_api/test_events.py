@@ -349,3 +349,13 @@ def test_a_signed_thinking_block_is_carried_for_the_next_turn() -> None:
     ]
     assert function_call["extra_content"] == {"google": {"thought_signature": "ts"}}
     assert events.response == final
+
+
+def test_a_background_response_opens_queued() -> None:
+    req = parse({"model": "m", "input": "hi", "background": True}).body
+    events = ResponseEvents(translate.skeleton(req, response_id="resp_1", created_at=100, status="queued"))
+    out = events.start(queued=True) + events.feed(delta(content="x")) + events.feed(delta("stop"))
+    out += events.feed(usage_chunk()) + events.finish()
+    assert [e["type"] for e in out[:3]] == ["response.created", "response.queued", "response.in_progress"]
+    assert [e["response"]["status"] for e in out[:3]] == ["queued", "queued", "in_progress"]
+    assert check_stream(out)["background"] is True

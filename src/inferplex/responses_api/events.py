@@ -92,11 +92,21 @@ class ResponseEvents:
 
     # ---- the lifecycle --------------------------------------------------------------------------------------
 
-    def start(self) -> list[Event]:
-        return [
+    def start(self, *, queued: bool = False) -> list[Event]:
+        """`response.created` and `response.in_progress`; a background response (`queued`) was created
+        queued, so `response.queued` comes between, as OpenAI streams one."""
+        if not queued:
+            return [
+                self._event("response.created", response=self._snapshot()),
+                self._event("response.in_progress", response=self._snapshot()),
+            ]
+        self.response["status"] = "queued"
+        opening = [
             self._event("response.created", response=self._snapshot()),
-            self._event("response.in_progress", response=self._snapshot()),
+            self._event("response.queued", response=self._snapshot()),
         ]
+        self.response["status"] = "in_progress"
+        return [*opening, self._event("response.in_progress", response=self._snapshot())]
 
     def feed(self, chunk: dict[str, Any]) -> list[Event]:
         """The events one chunk makes: none for a chunk with nothing in it (a role, the usage)."""

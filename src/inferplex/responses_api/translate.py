@@ -82,10 +82,8 @@ def _stored(item: Any, param: str, make_id: NewId) -> dict[str, Any]:
     stored = dict(item)
     stored["type"] = kind
     if kind != "item_reference":
-        stored.setdefault("id", make_id(prefix))
-        stored.setdefault("status", "completed")
-        if stored["id"] is None:
-            stored["id"] = make_id(prefix)
+        stored["id"] = stored.get("id") or make_id(prefix)
+        stored["status"] = stored.get("status") or "completed"
     return stored
 
 
@@ -583,14 +581,8 @@ def function_call_item(
     item_id: str, call_id: str, name: str, arguments: Any, status: str = "completed"
 ) -> dict[str, Any]:
     args = arguments if isinstance(arguments, str) else orjson.dumps(arguments or {}).decode()
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call_id,
-        "name": name,
-        "arguments": args,
-        "status": status,
-    }
+    item = {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": args}
+    return {**item, "status": status}
 
 
 def response_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
