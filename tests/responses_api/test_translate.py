@@ -40,7 +40,7 @@ REFUSED_AT_PARSE = [
     ({"model": ""}, "model"),
     ({"input": 3}, "input"),
     ({"input": []}, "input"),
-    ({"input": [1]}, "input"),
+    ({"input": [{"role": "user", "content": "a"}, 1]}, "input[1]"),
     ({"temperature": 3}, "temperature"),
     ({"top_p": -1}, "top_p"),
     ({"max_output_tokens": 0}, "max_output_tokens"),

@@ -121,6 +121,18 @@ class ResponsesRequest(_Open):
     top_p: float | None = Field(None, ge=0, le=1)
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input_shape(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        if not isinstance(value, list):
+            raise _field_error("input", "input must be a string or a list of input items")
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise _field_error(f"input[{i}]", "an input item must be an object")
+        return value
+
     @field_validator("store", mode="before")
     @classmethod
     def _store_default(cls, value: Any) -> Any:
