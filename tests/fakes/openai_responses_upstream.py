@@ -129,6 +129,8 @@ def _item(item: Any, at: str, store: bool) -> web.Response | None:
         role = item.get("role")
         if role not in ROLES:
             return _bad(f"Invalid value: '{role}'.", f"{at}.role")
+        if role != "assistant" and "id" in item:  # an input message has no id (an output message has one)
+            return _bad(f"Unknown parameter: '{at}.id'.", f"{at}.id")
         content = item.get("content")
         if isinstance(content, str):
             return None

@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from inferplex.responses_api.native import chat_usage, delta_chars, present, replayable, upstream_body
+from inferplex.responses_api.native import as_input, chat_usage, delta_chars, present, replayable, upstream_body
 from inferplex.responses_api.wire import ResponsesRequest
 from tests.conftest import UPSTREAM_KEY
 from tests.fakes.openai_upstream import FakeOpenAI
@@ -79,6 +79,38 @@ def test_upstream_body(wire: dict[str, Any], history: list[dict[str, Any]], expe
     before = repr(wire)
     assert upstream_body(wire, history) == expected
     assert repr(wire) == before  # the caller's object is not changed
+
+
+STORED_USER = {
+    "id": "msg_ab12",
+    "type": "message",
+    "role": "user",
+    "status": "completed",
+    "content": [{"type": "input_text", "text": "hi"}],
+}
+CALL = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}
+OUTPUT = {"id": "fco_1", "type": "function_call_output", "call_id": "call_1", "output": "42"}
+
+
+@pytest.mark.parametrize(
+    ("item", "sent"),
+    [
+        # the ids the gateway gave the caller's input: a user message has no id upstream, a tool output need not
+        (STORED_USER, {k: v for k, v in STORED_USER.items() if k != "id"}),
+        (
+            {**STORED_USER, "role": "developer"},
+            {k: v for k, v in STORED_USER.items() if k != "id"} | {"role": "developer"},
+        ),
+        (OUTPUT, {k: v for k, v in OUTPUT.items() if k != "id"}),
+        # an answer's items keep theirs (the upstream issued them, or the translation in its format)
+        (ANSWER, ANSWER),
+        (CALL, CALL),
+        (SEALED, SEALED),
+        (USER, USER),
+    ],
+)
+def test_history_items_as_upstream_input(item: dict[str, Any], sent: dict[str, Any]) -> None:
+    assert as_input(item) == sent
 
 
 @pytest.mark.parametrize(
@@ -219,6 +251,7 @@ def test_the_fake_streams_through_the_sdk(fake_openai: FakeOpenAI) -> None:
         ({"model": "m", "input": "hi", "provider": "x"}, 400, "provider"),
         ({"model": "m", "input": [{"type": "bogus"}]}, 400, "input[0].type"),
         ({"model": "m", "input": [{"role": "robot", "content": "x"}]}, 400, "input[0].role"),
+        ({"model": "m", "input": [STORED_USER]}, 400, "input[0].id"),
         (
             {"model": "m", "input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]},
             400,

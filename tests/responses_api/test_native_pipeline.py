@@ -176,7 +176,13 @@ async def test_history_goes_in_front_and_the_previous_id_stays_ours(
     rig: tuple[Pipeline, Recorder], fake_openai: FakeOpenAI
 ) -> None:
     pipeline, _ = rig
-    first = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "my name is Ada"}]}
+    first = {
+        "id": "msg_gw1",
+        "type": "message",
+        "role": "user",
+        "status": "completed",
+        "content": [{"type": "input_text", "text": "my name is Ada"}],
+    }
     said = {
         "id": "msg_1",
         "type": "message",
@@ -190,7 +196,8 @@ async def test_history_goes_in_front_and_the_previous_id_stays_ours(
     assert answer["previous_response_id"] == "resp_earlier"
     sent = _sent(fake_openai)
     assert "previous_response_id" not in sent and sent["store"] is False
-    assert sent["input"] == [first, said, {"type": "message", "role": "user", "content": "what is my name?"}]
+    unnamed = {k: v for k, v in first.items() if k != "id"}  # an input message has no id upstream
+    assert sent["input"] == [unnamed, said, {"type": "message", "role": "user", "content": "what is my name?"}]
 
 
 async def test_hosted_tools_and_reasoning_pass_through(rig: tuple[Pipeline, Recorder], fake_openai: FakeOpenAI) -> None:
@@ -328,3 +335,28 @@ async def test_the_chat_road_is_kept_when_a_chat_stage_must_run(
     answer, _ = await _native(pipeline, body)
     assert answer is None
     assert recorder.admitted == [] and recorder.settled == []
+
+
+async def test_relay_stores_before_the_end_and_ends_a_cut_stream_failed(rig: tuple[Pipeline, Recorder]) -> None:
+    pipeline, recorder = rig
+    stored: list[tuple[str, int]] = []  # (status, events the caller had when it was stored)
+    seen: list[dict[str, Any]] = []
+
+    async def store(response: dict[str, Any]) -> None:
+        stored.append((response["status"], len(seen)))
+
+    stream, _ = await _native(pipeline, {"model": "gpt-native", "input": "a b", "stream": True})
+    async for event in stream.relay(store):
+        seen.append(event)
+    assert stored == [("completed", len(seen) - 1)] and seen[-1]["type"] == "response.completed"
+    check_stream(seen)
+
+    stored.clear()
+    seen.clear()
+    stream, _ = await _native(pipeline, {"model": "die-native", "input": "one two three", "stream": True})
+    async for event in stream.relay(store):
+        seen.append(event)
+    assert seen[-1]["type"] == "response.failed" and stored == [("failed", len(seen) - 1)]
+    assert seen[-1]["response"]["error"]["message"].startswith("provider native")
+    assert [e["sequence_number"] for e in seen] == list(range(len(seen)))
+    assert [failed for _, failed in recorder.settled] == [False, False]  # the cut one: for what was delivered

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 import orjson
@@ -62,12 +62,27 @@ def replayable(item: Mapping[str, Any]) -> bool:
     return item.get("type") != "reasoning" or bool(item.get("encrypted_content"))
 
 
+# Stored items whose `id` the gateway made up and the upstream has no field for (a user, system or developer
+# message: OpenAI refuses the unknown parameter) or need not know (a tool's output).
+_OWN_IDS = ("function_call_output",)
+
+
+def as_input(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored history item as the upstream takes it back in `input`: as stored, without the ids the
+    gateway gave the caller's own input items (`translate.input_items`)."""
+    out = dict(item)
+    kind = out.get("type", "message")
+    if kind in _OWN_IDS or (kind == "message" and out.get("role") != "assistant"):
+        out.pop("id", None)
+    return out
+
+
 def upstream_body(wire: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What the upstream is sent (its `model` is set per deployment): the caller's JSON (gateway options
     already out) with the history in front of `input`, `store: false`, and the gateway's own fields out."""
     body = {k: v for k, v in wire.items() if k not in GATEWAY_FIELDS}
     body["store"] = False
-    kept = [dict(item) for item in history if replayable(item)]
+    kept = [as_input(item) for item in history if replayable(item)]
     if kept:
         current = wire.get("input")
         if isinstance(current, str):  # OpenAI's shorthand: one user message
@@ -334,6 +349,33 @@ class NativeStream:
             ctx.response = self.response
             await self._settle(failed=False)
         return event
+
+    async def relay(self, store: Callable[[dict[str, Any]], Awaitable[None]] | None = None) -> AsyncIterator[Event]:
+        """The events as the caller gets them, the stream closed at the end: `store(response)` is awaited
+        with the final response before the terminal event is yielded (so a follow-up finds it at once),
+        and an upstream that fails mid-way ends the stream with `fail(...)`'s `response.failed`, stored
+        first the same way. What the service's stream and background runs iterate."""
+        try:
+            try:
+                async for event in self:
+                    if store is not None and self.response is not None and event.get("type") in TERMINAL:
+                        await store(self.response)
+                    yield event
+                return
+            except Exception as exc:
+                err = (
+                    exc
+                    if isinstance(exc, GatewayError)
+                    else InternalError(f"The stream failed ({self.ctx.request_id}).")
+                )
+                closing = self.fail({"code": err.code or err.type, "message": err.message})
+            await self.aclose()
+            if store is not None and self.response is not None:
+                await store(self.response)
+            for event in closing:
+                yield event
+        finally:
+            await self.aclose()
 
     def fail(self, error: Mapping[str, Any]) -> list[Event]:
         """The `response.failed` event that ends a stream whose upstream failed mid-way (`error`: `code`
