@@ -25,6 +25,7 @@ from inferplex.dialects.failure import error_headers
 from inferplex.dialects.openai_files_wire import BatchError, BatchList, BatchObject
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, Unavailable
+from inferplex.media_store.store import owner_of
 from inferplex.services import Services
 
 MAX_PAGE = 100
@@ -132,10 +133,26 @@ async def create_batch(request: Request, ctx: Context) -> Response:
             param="endpoint",
             code="unsupported_endpoint",
         )
-    batch = await service_of(request).create(
+    service = service_of(request)
+    await _check_input(request, ctx, body.input_file_id)
+    batch = await service.create(
         ctx, "openai", body.endpoint, body.input_file_id, body.completion_window, body.metadata
     )
     return json_response(batch_object(batch), ctx.headers())
+
+
+async def _check_input(request: Request, ctx: Context, file_id: str) -> None:
+    """The input must be a Files API file of the caller's uploaded for batches (purpose `batch`), as OpenAI's."""
+    media = request.app.state.services.media
+    file = None if media is None else await media.get(file_id, owner_of(ctx.principal))
+    if file is None:
+        raise NotFound(f"No such File object: {file_id}", param="input_file_id", code="file_not_found")
+    if file.purpose != "batch":
+        raise InvalidRequest(
+            f"The file {file_id} was uploaded with purpose '{file.purpose}': a batch's input needs purpose 'batch'.",
+            param="input_file_id",
+            code="invalid_file_purpose",
+        )
 
 
 async def owned(request: Request, ctx: Context) -> Batch:

@@ -57,7 +57,7 @@ _BATCH_PAGE = (
 )
 _MESSAGE_BATCH = (
     "Each request's `params` is a Messages API request, validated when the batch is created (a bad one is a "
-    "400 naming `requests.<i>.params.<field>`) and run by the gateway on whichever provider serves its model."
+    "400 naming `requests[<i>].params.<field>`) and run by the gateway on whichever provider serves its model."
 )
 _RESULTS = (
     "JSON Lines, one `MessageBatchIndividualResponse` per request, in request order: `succeeded` with the "

@@ -3,7 +3,7 @@
 (JSON Lines) and `DELETE .../{id}`, on the gateway's batch machinery (`services.batches`, batches/).
 
 Each request's `params` is a `/v1/messages` request: it is validated with the same model as `/v1/messages`
-when the batch is created (a bad one is a 400 naming `requests.<i>.params.<field>`, the whole batch refused,
+when the batch is created (a bad one is a 400 naming `requests[<i>].params.<field>`, the whole batch refused,
 before anything is reserved) and translated as `/v1/messages` translates it; the worker then runs it on the
 chat pipeline like any chat line, against whichever provider serves its model. A line's canonical body is
 `to_canonical`'s full request (Anthropic's own details kept for an Anthropic upstream); `line_request` is how
@@ -126,7 +126,7 @@ def lines_of(request: CreateMessageBatch, betas: list[str]) -> list[LineInput]:
     lines: list[LineInput] = []
     seen: set[str] = set()
     for i, item in enumerate(request.requests):
-        where = f"requests.{i}"
+        where = f"requests[{i}]"
         if item.custom_id in seen:
             raise InvalidRequest(
                 f"{where}.custom_id: the custom_id {item.custom_id!r} is used more than once.",
