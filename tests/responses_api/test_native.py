@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from inferplex.responses_api.native import as_input, chat_usage, delta_chars, present, replayable, upstream_body
+from inferplex.responses_api.translate import carried
 from inferplex.responses_api.wire import ResponsesRequest
 from tests.conftest import UPSTREAM_KEY
 from tests.fakes.openai_upstream import FakeOpenAI
@@ -28,6 +29,15 @@ ANSWER = {
 }
 THOUGHT = {"type": "reasoning", "id": "rs_1", "summary": []}
 SEALED = {**THOUGHT, "encrypted_content": "gAAAA"}
+STORED_USER = {
+    "id": "msg_ab12",
+    "type": "message",
+    "role": "user",
+    "status": "completed",
+    "content": [{"type": "input_text", "text": "hi"}],
+}
+CALL = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}
+OUTPUT = {"id": "fco_1", "type": "function_call_output", "call_id": "call_1", "output": "42"}
 
 
 @pytest.mark.parametrize(
@@ -71,6 +81,15 @@ SEALED = {**THOUGHT, "encrypted_content": "gAAAA"}
             [SEALED, ANSWER],
             {"model": "m", "store": False, "input": [SEALED, ANSWER, USER]},
         ),
+        # what the translation wrote for other providers: their signed thinking dropped, Gemini's signature off
+        (
+            {"model": "m", "input": [USER]},
+            [
+                {**THOUGHT, "encrypted_content": carried([{"type": "thinking", "thinking": "t", "signature": "s"}])},
+                {**CALL, "extra_content": {"google": {"thought_signature": "sig"}}},
+            ],
+            {"model": "m", "store": False, "input": [CALL, USER]},
+        ),
         # no input at all (a follow-up that only continues): the history alone
         ({"model": "m"}, [USER, ANSWER], {"model": "m", "store": False, "input": [USER, ANSWER]}),
     ],
@@ -79,17 +98,6 @@ def test_upstream_body(wire: dict[str, Any], history: list[dict[str, Any]], expe
     before = repr(wire)
     assert upstream_body(wire, history) == expected
     assert repr(wire) == before  # the caller's object is not changed
-
-
-STORED_USER = {
-    "id": "msg_ab12",
-    "type": "message",
-    "role": "user",
-    "status": "completed",
-    "content": [{"type": "input_text", "text": "hi"}],
-}
-CALL = {"id": "fc_1", "type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}
-OUTPUT = {"id": "fco_1", "type": "function_call_output", "call_id": "call_1", "output": "42"}
 
 
 @pytest.mark.parametrize(

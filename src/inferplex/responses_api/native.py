@@ -40,6 +40,7 @@ from inferplex.gateway_request import GatewayRequest
 from inferplex.pipeline import Admission, Pipeline, failure_message
 from inferplex.providers.openai_responses import TERMINAL, ResponsesUpstream
 from inferplex.responses import Usage
+from inferplex.responses_api.translate import for_openai
 from inferplex.responses_api.wire import ResponsesRequest
 from inferplex.routing.options import route_options
 from inferplex.targets import Target
@@ -58,7 +59,8 @@ GATEWAY_FIELDS = ("previous_response_id", "background")
 def replayable(item: Mapping[str, Any]) -> bool:
     """Whether a stored history item can be sent back to an upstream that keeps nothing (`store: false`): a
     reasoning item only with its `encrypted_content` (without it the upstream would look its id up, and
-    find nothing); every other item carries its whole content."""
+    find nothing); every other item carries its whole content. Items the translation wrote for other
+    providers (their signed thinking, Gemini's signatures) are first made OpenAI's (`translate.for_openai`)."""
     return item.get("type") != "reasoning" or bool(item.get("encrypted_content"))
 
 
@@ -82,7 +84,7 @@ def upstream_body(wire: Mapping[str, Any], history: Sequence[Mapping[str, Any]])
     already out) with the history in front of `input`, `store: false`, and the gateway's own fields out."""
     body = {k: v for k, v in wire.items() if k not in GATEWAY_FIELDS}
     body["store"] = False
-    kept = [as_input(item) for item in history if replayable(item)]
+    kept = [as_input(item) for item in map(for_openai, map(dict, history)) if item is not None and replayable(item)]
     if kept:
         current = wire.get("input")
         if isinstance(current, str):  # OpenAI's shorthand: one user message
