@@ -19,9 +19,10 @@ import orjson
 import pytest
 
 from tests.gateway_server import GatewayServer
-from tests.responses_api.schema import check_response, check_stream, sse_events
+from tests.responses_api.schema import check, check_response, check_stream, sse_events
 from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
     LONG_INPUT,
+    TIME_TOOL,
     WEATHER_TOOL,
     _native_keys,
     fake_anthropic,
@@ -34,13 +35,15 @@ from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
     model,
 )
 
-CASES = [(kind, behaviour) for behaviour in ("text", "tool", "think", "truncated") for kind in kinds(behaviour)]
+BEHAVIOURS = ("text", "tool", "parallel", "think", "think-tool", "truncated", "filtered")
+CASES = [(kind, behaviour) for behaviour in BEHAVIOURS for kind in kinds(behaviour)]
+CALLS = {"tool": 1, "think-tool": 1, "parallel": 2}  # function calls each tool-calling behaviour makes
 
 
 def body_for(kind: str, behaviour: str, **extra: Any) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model(kind, behaviour), "input": "What is the weather in Paris?", **extra}
-    if behaviour == "tool":
-        body["tools"] = [WEATHER_TOOL]
+    if behaviour in CALLS:
+        body["tools"] = [WEATHER_TOOL, TIME_TOOL] if behaviour == "parallel" else [WEATHER_TOOL]
     if behaviour == "truncated":
         body.update(input=LONG_INPUT, max_output_tokens=16)
     if kind == "local":
@@ -66,24 +69,29 @@ def expect(kind: str, behaviour: str, response: dict[str, Any]) -> None:
     usage = response["usage"]
     assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0, usage
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"], usage
-    if behaviour == "tool":
+    if behaviour in CALLS:
         assert response["status"] == "completed", response["status"]
         calls = [item for item in output if item["type"] == "function_call"]
-        assert len(calls) == 1, kinds_out
-        assert calls[0]["name"] == "get_weather" and calls[0]["call_id"], calls[0]
-        assert orjson.loads(calls[0]["arguments"]) == {"city": "Paris"}, calls[0]["arguments"]
+        assert len(calls) == CALLS[behaviour], kinds_out
+        assert [c["name"] for c in calls] == ["get_weather", "get_time"][: len(calls)], calls
+        assert len({c["call_id"] for c in calls}) == len(calls) and all(c["call_id"] for c in calls), calls
+        assert all(orjson.loads(c["arguments"]) == {"city": "Paris"} for c in calls), calls
+        assert kinds_out[0] == "reasoning" if behaviour == "think-tool" else "reasoning" not in kinds_out, kinds_out
         return
     messages = [item for item in output if item["type"] == "message"]
     assert len(messages) == 1, kinds_out
     text = "".join(part["text"] for part in messages[0]["content"] if part["type"] == "output_text")
     assert text, messages[0]
     if kind != "local":
-        assert text.startswith("echo:"), text
+        assert text.startswith("echo:") or behaviour == "filtered", text
     if behaviour == "think":
         assert kinds_out == ["reasoning", "message"], kinds_out
     if behaviour == "truncated":
         assert response["status"] == "incomplete", response["status"]
         assert response["incomplete_details"] == {"reason": "max_output_tokens"}, response["incomplete_details"]
+    elif behaviour == "filtered":
+        assert response["status"] == "incomplete", response["status"]
+        assert response["incomplete_details"] == {"reason": "content_filter"}, response["incomplete_details"]
     elif kind != "local":
         assert response["status"] == "completed", response["status"]
 
@@ -114,6 +122,59 @@ def test_upstream_failing_midstream_ends_with_response_failed(gateway: GatewaySe
     assert final["status"] == "failed" and final["error"]["message"], final["error"]
 
 
+@pytest.mark.parametrize("kind", kinds("error"))
+def test_upstream_refusing_is_an_openai_error(gateway: GatewayServer, kind: str) -> None:
+    """Before any output: buffered, an HTTP error with OpenAI's error body; streamed, the same error before
+    the stream opens, or a stream that fits the grammar and ends with `response.failed`."""
+    body = {"model": model(kind, "error"), "input": "tell me"}
+    r = post(gateway, body)
+    assert r.status_code >= 500 or r.status_code == 429, (r.status_code, r.text)
+    check("ErrorResponse", r.json())
+    s = post(gateway, {**body, "stream": True})
+    if s.status_code == 200:
+        final = check_stream(sse_events(s.text))
+        assert final["status"] == "failed" and final["error"]["message"], final
+    else:
+        assert s.status_code == r.status_code, (s.status_code, s.text)
+        check("ErrorResponse", s.json())
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"tools": [{"type": "web_search"}]}, 400, "tools[0].type"),
+        ({"input": [{"type": "bogus"}]}, 400, "input[0].type"),
+        ({"previous_response_id": "resp_unknown"}, 404, "previous_response_id"),
+        ({"model": "no-such-model"}, 404, "model"),
+        ({"background": True, "store": False}, 400, "background"),
+    ],
+)
+def test_refused_requests_fit_openais_error_schema(
+    gateway: GatewayServer, body: dict[str, Any], status: int, param: str
+) -> None:
+    for stream in (False, True):
+        r = post(gateway, {"model": "openai-text", "input": "hi", **body, "stream": stream})
+        assert r.status_code == status, r.text
+        check("ErrorResponse", r.json())
+        assert r.json()["error"]["param"] == param, r.json()
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
+def test_background_stream_and_its_replay(gateway: GatewayServer, kind: str) -> None:
+    """A background response streamed as it runs fits the grammar; `GET ?stream=true&starting_after=N`
+    replays exactly the events after N, and the stored response is the terminal event's."""
+    events = streamed(gateway, {**body_for(kind, "tool"), "background": True})
+    final = check_stream(events)
+    assert final["background"] is True and final["status"] == "completed"
+    url = f"{gateway.base_url}/responses/{final['id']}"
+    replay = httpx.get(url, params={"stream": "true", "starting_after": 2}, headers=gateway.auth, timeout=60)
+    assert replay.status_code == 200, replay.text
+    assert sse_events(replay.text) == events[3:]
+    stored = httpx.get(url, headers=gateway.auth, timeout=60).json()
+    check_response(stored)
+    assert stored["output"] == final["output"] and stored["status"] == "completed"
+
+
 @pytest.mark.parametrize("kind", kinds("tool"))
 def test_tool_output_round_trip_streamed(gateway: GatewayServer, kind: str) -> None:
     """The function call's output sent back by `previous_response_id`: the fake answers `tool said: ...`,
@@ -133,7 +194,7 @@ def client(gateway: GatewayServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.base_url, api_key=gateway.master_key, max_retries=0)
 
 
-@pytest.mark.parametrize(("kind", "behaviour"), [(k, b) for k, b in CASES if b in ("text", "tool")])
+@pytest.mark.parametrize(("kind", "behaviour"), [(k, b) for k, b in CASES if b in ("text", "tool", "parallel")])
 def test_openai_sdk_reads_the_stream(client: openai.OpenAI, kind: str, behaviour: str) -> None:
     """Each event parses into the SDK's own type for it (an event it does not know would stay a bare
     model), and the SDK's stream helper assembles the same response the terminal event carries."""
@@ -147,9 +208,10 @@ def test_openai_sdk_reads_the_stream(client: openai.OpenAI, kind: str, behaviour
         return  # (the local model, cut short) the SDK's stream helper wants `response.completed`
     with client.responses.stream(**body) as stream:
         final = stream.get_final_response()
-    if behaviour == "tool":
-        call = next(item for item in final.output if item.type == "function_call")
-        assert call.name == "get_weather" and orjson.loads(call.arguments) == {"city": "Paris"}
+    if behaviour in CALLS:
+        calls = [item for item in final.output if item.type == "function_call"]
+        assert len(calls) == CALLS[behaviour] and calls[0].name == "get_weather"
+        assert all(orjson.loads(c.arguments) == {"city": "Paris"} for c in calls)
     else:
         assert final.output_text
     assert final.usage is not None and final.usage.total_tokens > 0

@@ -33,6 +33,7 @@ from tests.providers.conftest import _native_keys, fake_anthropic, fake_azure, f
 __all__ = [
     "LONG_INPUT",
     "ROWS",
+    "TIME_TOOL",
     "WEATHER_TOOL",
     "Fakes",
     "_native_keys",
@@ -70,14 +71,36 @@ ROWS: dict[str, dict[str, str | None]] = {
         "gemini": "gemini-tool",
         "bedrock": _BR.format("tool"),
     },
+    # two calls in one answer (two tools offered)
+    "parallel": {
+        "anthropic": "claude-tool-parallel-1",
+        "gemini": "gemini-tool-parallel",
+        "bedrock": "us.anthropic.claude-tool-parallel-v1:0",
+    },
     # reasoning before the text
     "think": {"anthropic": "claude-think-1", "gemini": "gemini-think", "bedrock": _BR.format("think")},
+    # reasoning before a tool call
+    "think-tool": {
+        "anthropic": "claude-think-tool-1",
+        "gemini": "gemini-think-tool",
+        "bedrock": _BR.format("think-tool"),
+    },
+    # the answer stopped by the provider's filter (finish_reason content_filter, a refusal)
+    "filtered": {"azure": "filtered", "anthropic": "claude-refusal-1"},
     # the answer cut by max_output_tokens (`truncated` in the tests sends a long input and a small limit)
     "truncated": {
         "openai": "gpt-echo",
         "anthropic": "claude-echo-1",
         "gemini": "gemini-echo",
         "bedrock": _BR.format("3-5-sonnet"),
+    },
+    # the upstream refuses the call (overloaded / a server error) before any output
+    "error": {
+        "openai": "error-500",
+        "azure": "error-503",
+        "anthropic": "claude-error-529",
+        "gemini": "gemini-error-503",
+        "bedrock": _BR.format("overloaded"),
     },
     # the upstream fails after some text
     "midstream": {
@@ -179,4 +202,5 @@ WEATHER_TOOL: dict[str, Any] = {
     "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 }
+TIME_TOOL: dict[str, Any] = {**WEATHER_TOOL, "name": "get_time", "description": "The time in a city."}
 LONG_INPUT = " ".join(f"word{i}" for i in range(40))
