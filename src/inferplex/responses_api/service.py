@@ -66,6 +66,14 @@ def history_of(previous: list[dict[str, Any]], items: list[dict[str, Any]], resp
     return [*previous, *items, *(response.get("output") or ())]
 
 
+def shown(row: StoredResponse) -> dict[str, Any]:
+    """The stored response as it stands: a background one's status is the row's (queued, in progress,
+    cancelled) until its run writes the finished response."""
+    if row.response.get("status") == row.status:
+        return row.response
+    return {**row.response, "status": row.status}
+
+
 def error_of(err: GatewayError) -> dict[str, Any]:
     """A failure as a response's `error` (OpenAI's ResponseError: code and message)."""
     return {"code": err.code or err.type, "message": err.message}
@@ -273,7 +281,7 @@ class ResponsesService:
         return row
 
     async def retrieve(self, ctx: Context, response_id: str) -> dict[str, Any]:
-        return (await self.owned(ctx, response_id)).response
+        return shown(await self.owned(ctx, response_id))
 
     async def delete(self, ctx: Context, response_id: str) -> dict[str, Any]:
         row = await self.rows.delete(response_id, owner_of(ctx.principal)) if plausible(response_id) else None
@@ -296,10 +304,10 @@ class ResponsesService:
         if row.status in ACTIVE:
             row = await self.rows.cancel(response_id, owner) or row
         if row.status == "cancelled" and row.response.get("status") != "cancelled":
-            response = {**row.response, "status": "cancelled"}
+            response = shown(row)
             await self.rows.update(response_id, {"response": dumps(response)}, statuses=("cancelled",))
             return response
-        return row.response
+        return shown(row)
 
     async def input_items(
         self, ctx: Context, response_id: str, after: str | None, limit: int, order: str
