@@ -15,7 +15,7 @@ from openai._models import construct_type
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
-from inferplex.responses_api import translate
+from inferplex.responses_api import carried, translate
 from inferplex.responses_api.events import ResponseEvents
 from inferplex.responses_api.wire import parse
 from tests.responses_api.schema import check_event, check_response, check_stream
@@ -344,7 +344,7 @@ def test_a_signed_thinking_block_is_carried_for_the_next_turn() -> None:
     events, out = run(chunks)
     final = check_stream(out)
     reasoning, function_call = final["output"]
-    assert translate.uncarried(reasoning["encrypted_content"]) == [
+    assert carried.uncarried(reasoning["encrypted_content"]) == [
         {"type": "thinking", "thinking": "hm", "signature": "sig=="}
     ]
     assert function_call["extra_content"] == {"google": {"thought_signature": "ts"}}

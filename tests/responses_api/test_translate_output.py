@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from inferplex.responses_api import translate
+from inferplex.responses_api import carried, translate
 from tests.responses_api.schema import check, check_response
 from tests.responses_api.test_translate import CHAT_CALL, CHAT_CALL2, TOOL, USER, chat, counter, request
 
@@ -281,7 +281,7 @@ def test_thinking_blocks_ride_in_encrypted_content_and_come_back() -> None:
     check_response(got)
     reasoning = got["output"][0]
     assert reasoning["type"] == "reasoning" and reasoning["summary"] == [{"type": "summary_text", "text": "hm"}]
-    assert translate.uncarried(reasoning["encrypted_content"]) == THINKING
+    assert carried.uncarried(reasoning["encrypted_content"]) == THINKING
     history = [*translate.input_items(request(input="hi"), make_id=counter()), *got["output"]]
     output = {"type": "function_call_output", "call_id": "call_1", "output": "1"}
     assert chat(history, input=[output])["messages"] == [
@@ -301,7 +301,7 @@ def test_redacted_thinking_alone_still_makes_a_reasoning_item() -> None:
     message = {"content": "ok", "thinking_blocks": [THINKING[1]]}
     got = translate.response_object(request(input="hi"), response_id="r", created_at=1, completion=completion(message))
     check_response(got)
-    assert got["output"][0]["summary"] == [] and translate.uncarried(got["output"][0]["encrypted_content"]) == [
+    assert got["output"][0]["summary"] == [] and carried.uncarried(got["output"][0]["encrypted_content"]) == [
         THINKING[1]
     ]
 
@@ -336,3 +336,21 @@ def test_gemini_thought_signatures_go_out_with_the_call_and_come_back() -> None:
 def test_cache_writes_reported_as_an_anthropic_style_upstream_names_them() -> None:
     got = translate.response_usage({"prompt_tokens": 10, "completion_tokens": 1, "cache_creation_input_tokens": 4})
     assert got is not None and got["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 4}
+
+
+def test_items_for_openai_lose_what_only_this_translation_reads() -> None:
+    got = translate.response_object(
+        request(input="hi"),
+        response_id="r",
+        created_at=1,
+        completion=completion(
+            {"content": None, "thinking_blocks": THINKING, "tool_calls": [GEMINI_CALL]}, "tool_calls"
+        ),
+        make_id=counter(),
+    )
+    reasoning, call = got["output"]
+    assert carried.for_openai(reasoning) is None
+    assert carried.for_openai(call) == {k: v for k, v in call.items() if k != "extra_content"}
+    openai_reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA"}
+    assert carried.for_openai(openai_reasoning) is openai_reasoning
+    assert carried.for_openai(USER) is USER

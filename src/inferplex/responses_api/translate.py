@@ -17,8 +17,6 @@ native pass-through (responses_api/native.py) forwards such requests as they are
 
 from __future__ import annotations
 
-import base64
-import binascii
 import math
 import secrets
 from collections.abc import Callable, Iterable
@@ -27,6 +25,7 @@ from typing import Any
 import orjson
 
 from inferplex.errors import InvalidRequest
+from inferplex.responses_api.carried import carried, uncarried
 from inferplex.responses_api.wire import HOSTED_TOOL_TYPES, ResponsesRequest
 from inferplex.translate.reasoning import BUDGETS
 
@@ -258,29 +257,6 @@ def _reasoning(item: dict[str, Any]) -> dict[str, Any]:
     if blocks:
         out["thinking_blocks"] = blocks
     return out
-
-
-# A reasoning item's `encrypted_content` is opaque to the caller, and a client that keeps no state on the
-# server sends it back (`include: ["reasoning.encrypted_content"]`). Anthropic and Bedrock want their
-# signed thinking blocks back next turn (with tool use, a turn without them is refused), so they ride
-# there: not encrypted, only marked as ours. OpenAI's own encrypted reasoning (from the native path) is not
-# ours and is dropped by the translation.
-_CARRIED = "inferplex.v1:"
-
-
-def carried(thinking_blocks: list[dict[str, Any]]) -> str:
-    return _CARRIED + base64.urlsafe_b64encode(orjson.dumps(thinking_blocks)).decode()
-
-
-def uncarried(content: Any) -> list[dict[str, Any]]:
-    """The thinking blocks in an `encrypted_content`, [] when it is not one of ours or not readable."""
-    if not isinstance(content, str) or not content.startswith(_CARRIED):
-        return []
-    try:
-        blocks = orjson.loads(base64.urlsafe_b64decode(content[len(_CARRIED) :]))
-    except (binascii.Error, ValueError):
-        return []
-    return [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
 
 
 def _message(item: dict[str, Any], param: str) -> dict[str, Any]:
