@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
+from inferplex.responses_api.carried import carried
 from inferplex.responses_api.native import as_input, chat_usage, delta_chars, present, replayable, upstream_body
-from inferplex.responses_api.translate import carried
 from inferplex.responses_api.wire import ResponsesRequest
 from tests.conftest import UPSTREAM_KEY
 from tests.fakes.openai_upstream import FakeOpenAI

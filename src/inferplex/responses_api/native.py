@@ -40,7 +40,7 @@ from inferplex.gateway_request import GatewayRequest
 from inferplex.pipeline import Admission, Pipeline, failure_message
 from inferplex.providers.openai_responses import TERMINAL, ResponsesUpstream
 from inferplex.responses import Usage
-from inferplex.responses_api.translate import for_openai
+from inferplex.responses_api.carried import for_openai
 from inferplex.responses_api.wire import ResponsesRequest
 from inferplex.routing.options import route_options
 from inferplex.targets import Target
@@ -60,7 +60,7 @@ def replayable(item: Mapping[str, Any]) -> bool:
     """Whether a stored history item can be sent back to an upstream that keeps nothing (`store: false`): a
     reasoning item only with its `encrypted_content` (without it the upstream would look its id up, and
     find nothing); every other item carries its whole content. Items the translation wrote for other
-    providers (their signed thinking, Gemini's signatures) are first made OpenAI's (`translate.for_openai`)."""
+    providers (their signed thinking, Gemini's signatures) are first made OpenAI's (`carried.for_openai`)."""
     return item.get("type") != "reasoning" or bool(item.get("encrypted_content"))
 
 
