@@ -1,20 +1,25 @@
-"""OpenAI's Files API through the official `openai` SDK, against a gateway on SQLite with its media store on
-disk: upload (any type, `purpose`, `expires_after`), retrieve, content (and byte ranges), list (purpose,
-order, paging), delete; every file its owner's; errors in OpenAI's shape (400 naming the field, 413, 404)."""
+"""OpenAI's Files API through the official `openai` SDK, against a gateway (on SQLite, on PostgreSQL, and with
+its files in S3): upload (any type, `purpose`, `expires_after`), retrieve, content (and byte ranges),
+list (purpose, order, paging), delete; every file its owner's; errors in OpenAI's shape (400 naming the
+field, 413, 404)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import boto3
 import httpx
 import openai
 import pytest
 
 from inferplex.dialects.openai_files import BATCH_EXPIRY_S, expiry
 from inferplex.errors import InvalidRequest
-from tests.accounts.conftest import Admin, billing_config
+from tests.accounts.conftest import Admin, billing_config, own_database
+from tests.fakes.moto_server import moto_server
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 from tests.test_openapi import _fits, _schema
@@ -24,13 +29,28 @@ RETENTION_S = 7 * 86400.0
 JSONL = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
 
 
-@pytest.fixture(scope="module")
-def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql", "s3"])
+def server(
+    request: pytest.FixtureRequest, fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayServer]:
+    """The gateway on SQLite, on a PostgreSQL database of its own (the list's query runs on both), and on
+    SQLite with the files in S3 (moto's server)."""
     tmp = tmp_path_factory.mktemp("files-api")
-    config = billing_config(fake_openai, tmp)
-    config["media"] = {"max_upload_bytes": MAX_UPLOAD, "retention_s": RETENTION_S}
-    with GatewayServer(config) as s:
-        yield s
+    media: dict[str, Any] = {"max_upload_bytes": MAX_UPLOAD, "retention_s": RETENTION_S}
+    with contextlib.ExitStack() as stack:
+        database_url = stack.enter_context(own_database("inferplex_files_")) if request.param == "postgresql" else None
+        if request.param == "s3":
+            moto = stack.enter_context(moto_server())
+            boto3.client("s3", endpoint_url=moto, region_name="us-east-1", aws_access_key_id="k",
+                         aws_secret_access_key="s").create_bucket(Bucket="files")  # fmt: skip
+            keys = {"access_key_id": "env:FILES_TEST_S3_KEY", "secret_access_key": "env:FILES_TEST_S3_SECRET"}
+            media |= {"backend": "s3", "s3": {"endpoint_url": moto, "bucket": "files", **keys}}
+            env = stack.enter_context(pytest.MonkeyPatch.context())
+            env.setenv("FILES_TEST_S3_KEY", "k")
+            env.setenv("FILES_TEST_S3_SECRET", "s")
+        config = billing_config(fake_openai, tmp, database_url)
+        config["media"] = media
+        yield stack.enter_context(GatewayServer(config))
 
 
 @pytest.fixture(scope="module")
