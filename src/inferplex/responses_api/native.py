@@ -18,6 +18,18 @@ public model name, and the caller's `store`, `background` and `previous_response
 It stays on the translated road (returns None) when a stage only chat has would have to run: the request's
 or the key's processors, a model with its own system prompt (prompting/assembly.py), a custom endpoint
 (`name@custom`), or any deployment (fallbacks included) whose provider does not speak Responses.
+
+The service's one call, after reading the history and before translating (`to_chat` refuses hosted tools):
+
+    native = await maybe_native(self.pipeline, ctx, request, history, response_id=response_id)
+    if isinstance(native, NativeStream):   # request.body.stream: the events, stored before the last one
+        return native.relay(store)          # store: async (final response) -> None, or None for store:false
+    if native is not None:                  # buffered: the response object, settled (ctx.cost_micros set)
+        ...store it, return it              # its history: previous history + input items + native["output"]
+    ...translate as before
+
+`self.pipeline` (not `services.pipeline`): a batch runner's pipeline defers settlement. A background run
+iterates `native.relay(None)` like the translated events.
 """
 
 from __future__ import annotations
