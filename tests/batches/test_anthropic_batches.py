@@ -141,6 +141,8 @@ def test_batches_are_their_owners_and_page_both_ways(server: GatewayServer, admi
     headers = {"x-api-key": client.api_key}
     r = httpx.get(f"{server.url}/v1/messages/batches", params={"limit": "0"}, headers=headers)
     assert r.status_code == 400 and r.json()["type"] == "error"
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.batches.list(after_id="msgbatch_" + "0" * 32)  # an unknown cursor
 
 
 def test_cancel_ends_the_batch_with_canceled_results_for_what_never_ran(server: GatewayServer, admin: Admin) -> None:

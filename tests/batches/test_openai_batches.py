@@ -1,5 +1,5 @@
 """OpenAI's Batch API through the official `openai` SDK, against a gateway on SQLite whose own worker runs the
-lines (quickly: `batches.tick_s` is short) on a validating fake upstream: chat and embeddings batches to
+lines (quickly: `batches.tick_s` is short) on a validating fake upstream: chat, embeddings and responses batches to
 their output and error files, a failing line charged nothing, an input file that does not hold, refusals
 in OpenAI's shape, owners, paging, cancel; and the `batch` object rendered as OpenAI's (a table)."""
 
@@ -149,6 +149,31 @@ def test_an_embeddings_batch(server: GatewayServer, admin: Admin) -> None:
     output = read_lines(client, done.output_file_id)
     assert sorted(o["custom_id"] for o in output) == ["e0", "e1", "e2"]
     assert all(o["response"]["body"]["object"] == "list" for o in output)
+
+
+def test_a_responses_batch_stores_each_response_for_its_owner(server: GatewayServer, admin: Admin) -> None:
+    client, _ = new_client(server, admin)
+    other, _ = new_client(server, admin)
+    lines = [
+        {
+            "custom_id": f"r{i}",
+            "method": "POST",
+            "url": "/v1/responses",
+            "body": {"model": "priced", "input": f"hi {i}"},
+        }
+        for i in range(2)
+    ]
+    made = client.batches.create(input_file_id=upload(client, lines), endpoint="/v1/responses", completion_window="24h")
+    done = ended(client, made.id)
+    assert done.status == "completed" and done.error_file_id is None
+    output = {o["custom_id"]: o["response"]["body"] for o in read_lines(client, done.output_file_id)}
+    for i in range(2):
+        body = output[f"r{i}"]
+        assert body["object"] == "response" and body["status"] == "completed"
+        assert body["output"][0]["content"][0]["text"] == f"echo: hi {i}"
+        assert client.responses.retrieve(body["id"]).output_text == f"echo: hi {i}"  # stored, as its route stores
+        with pytest.raises(openai.NotFoundError):
+            other.responses.retrieve(body["id"])
 
 
 def test_an_input_file_whose_lines_do_not_hold_fails_the_batch_with_its_errors(

@@ -191,7 +191,10 @@ async def list_batches(request: Request, ctx: Context) -> Response:
     after, before = q.get("after_id") or None, q.get("before_id") or None
     if after is not None and before is not None:
         raise InvalidRequest("Only one of after_id and before_id may be given.", param="before_id")
-    found, more = await service_of(request).page(ctx, "anthropic", after=after, before=before, limit=int(raw))
+    try:
+        found, more = await service_of(request).page(ctx, "anthropic", after=after, before=before, limit=int(raw))
+    except InvalidRequest as err:  # an unknown cursor: named as this API names it
+        raise InvalidRequest(err.message, param=f"{err.param}_id" if err.param else None) from None
     data = [message_batch(b, _base(request)) for b in found]
     body: MessageBatchList = {
         "data": data,
