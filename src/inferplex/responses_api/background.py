@@ -136,15 +136,12 @@ class Background:
         ctx = Context()
         try:
             ctx.principal = await self._principal(row)
-            request = parse(dict(row.request))
-            prepared = await self.service.prepare(
-                ctx, request, stream=True, response_id=row.id, created_at=row.created_at
-            )
-            stream = await self.service.pipeline.chat_stream(prepared.chat, ctx)
+            prepared = await self.service.begin(ctx, parse(dict(row.request)), response_id=row.id,
+                                                created_at=row.created_at)  # fmt: skip
+            events = await self.service.open_stream(ctx, prepared, store=None, queued=True)
         except GatewayError as err:
             await self._failed_early(row, token, ctx, err)
             return
-        events = self.service.events(ctx, prepared, stream, None)
         try:
             finished = await self._record(row, token, ctx, events, prepared.history, prepared.items)
         finally:

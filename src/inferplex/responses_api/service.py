@@ -41,8 +41,10 @@ from inferplex.media_store.store import owner_of
 from inferplex.pipeline import ChatStream, Pipeline
 from inferplex.responses_api import translate
 from inferplex.responses_api.events import ResponseEvents
+from inferplex.responses_api.native import NativeStream, maybe_native
 from inferplex.responses_api.store import ACTIVE, TERMINAL, ResponseRows, StoredResponse, dumps, new_response_id
 from inferplex.responses_api.wire import ResponsesRequest
+from inferplex.responses_api.wire import parse as parse_responses
 
 log = logging.getLogger("inferplex.responses")
 
@@ -81,15 +83,13 @@ def error_of(err: GatewayError) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class Prepared:
-    """A request ready to run: its id and time, its stored input items, the chat request it becomes, and the
-    history it continues."""
+    """A request ready to run: its id and time, its stored input items, and the history it continues."""
 
     request: GatewayRequest[ResponsesRequest]
     response_id: str
     created_at: float
     items: list[dict[str, Any]]
     history: list[dict[str, Any]]
-    chat: GatewayRequest[ChatRequest]
 
 
 class ResponsesService:
@@ -135,23 +135,27 @@ class ResponsesService:
             )
         return row.history
 
-    async def prepare(
+    async def begin(
         self,
         ctx: Context,
         request: GatewayRequest[ResponsesRequest],
         *,
-        stream: bool = False,
         response_id: str | None = None,
         created_at: float | None = None,
     ) -> Prepared:
-        """Everything a run needs, every 400 and 404 raised before anything is reserved or stored."""
+        """The run's id and time, its stored input items and the history it continues (a 404 for another
+        owner's or an unknown `previous_response_id`), before anything is reserved or stored."""
+        history = await self.history(ctx, request.body)
+        items = translate.input_items(request.body)
+        return Prepared(request, response_id or new_response_id(), created_at or time.time(), items, history)
+
+    def translated(self, prepared: Prepared, *, stream: bool) -> GatewayRequest[ChatRequest]:
+        """The chat request the response becomes on the translated road (a 400 naming what it cannot carry)."""
+        request = prepared.request
         body = request.body
-        history = await self.history(ctx, body)
         window = self._context_window(body.model, request) if body.truncation == "auto" else None
-        chat_body = translate.to_chat(body, history, stream=stream, context_window=window)
-        chat = GatewayRequest(parse(ChatRequest, chat_body), request.options)
-        items = translate.input_items(body)
-        return Prepared(request, response_id or new_response_id(), created_at or time.time(), items, history, chat)
+        chat_body = translate.to_chat(body, prepared.history, stream=stream, context_window=window)
+        return GatewayRequest(parse(ChatRequest, chat_body), request.options)
 
     def _context_window(self, model: str, request: GatewayRequest[ResponsesRequest]) -> int | None:
         try:
@@ -164,26 +168,70 @@ class ResponsesService:
 
     async def respond(self, ctx: Context, request: GatewayRequest[ResponsesRequest]) -> dict[str, Any]:
         """A buffered response (stored first when `store`): what `POST /v1/responses` answers without
-        `stream`, and what a batch line's `/v1/responses` body gets."""
-        prepared = await self.prepare(ctx, request)
-        completion = await self.pipeline.chat(prepared.chat, ctx)
-        response = translate.response_object(
-            request.body,
-            response_id=prepared.response_id,
-            created_at=int(prepared.created_at),
-            completion=cast(dict[str, Any], completion),
-        )
+        `stream`. The one call of the native pass-through (responses_api/native.py) comes first: it answers
+        when every deployment speaks Responses, else the request is translated to chat."""
+        if request.body.stream:
+            request = request.replace(request.body.model_copy(update={"stream": False}))
+        prepared = await self.begin(ctx, request)
+        native = await maybe_native(self.pipeline, ctx, request, prepared.history, response_id=prepared.response_id)
+        if isinstance(native, dict):
+            response = native
+        elif native is None:
+            completion = await self.pipeline.chat(self.translated(prepared, stream=False), ctx)
+            response = translate.response_object(
+                request.body,
+                response_id=prepared.response_id,
+                created_at=int(prepared.created_at),
+                completion=cast(dict[str, Any], completion),
+            )
+        else:  # a stream for a buffered request: never, but closed (and settled) if it were
+            await native.aclose()
+            raise InternalError(f"The native pass-through streamed a buffered request ({ctx.request_id}).")
         if request.body.store:
             await self._insert(ctx, prepared, response)
         return response
 
+    async def batch_line(self, ctx: Context, data: dict[str, Any]) -> dict[str, Any]:
+        """One batch line's `/v1/responses` body, buffered: what a batch runner calls (`ctx.principal` the
+        batch's owner, the service `with_pipeline` of the runner's pipeline). Streams and background runs
+        have no place in a batch: a 400."""
+        request = parse_responses(data)
+        if request.body.stream or request.body.background:
+            param = "stream" if request.body.stream else "background"
+            raise InvalidRequest(f"'{param}' is not allowed in a batch line.", param=param)
+        return await self.respond(ctx, request)
+
     async def stream(self, ctx: Context, request: GatewayRequest[ResponsesRequest]) -> AsyncIterator[Event]:
-        """A streamed response: the upstream stream started (a failure before its first chunk is still an HTTP
-        error), then the events, the row stored before the closing ones."""
-        prepared = await self.prepare(ctx, request, stream=True)
-        stream = await self.pipeline.chat_stream(prepared.chat, ctx)
-        store = self._insert if request.body.store else None
-        return self.events(ctx, prepared, stream, store)
+        """A streamed response: the upstream stream started (a failure before its first event is still an
+        HTTP error), then the events, the row stored (with `store`) before the terminal one."""
+        prepared = await self.begin(ctx, request)
+        return await self.open_stream(ctx, prepared, store=self._insert if request.body.store else None)
+
+    async def open_stream(
+        self,
+        ctx: Context,
+        prepared: Prepared,
+        *,
+        store: Callable[[Context, Prepared, dict[str, Any]], Awaitable[None]] | None,
+        queued: bool = False,
+    ) -> AsyncIterator[Event]:
+        """The events of a run, its upstream started: natively relayed, or translated from a chat stream.
+        `store(ctx, prepared, response)` is awaited with the final response before the terminal event."""
+        request = prepared.request
+        if not request.body.stream:
+            request = request.replace(request.body.model_copy(update={"stream": True}))
+        native = await maybe_native(self.pipeline, ctx, request, prepared.history, response_id=prepared.response_id)
+
+        async def finish(response: dict[str, Any]) -> None:
+            if store is not None:
+                await store(ctx, prepared, response)
+
+        if isinstance(native, NativeStream):
+            return native.relay(finish)
+        if native is not None:
+            raise InternalError(f"The native pass-through answered a stream buffered ({ctx.request_id}).")
+        stream = await self.pipeline.chat_stream(self.translated(prepared, stream=True), ctx)
+        return self.events(ctx, prepared, stream, finish, queued=queued)
 
     def skeleton(self, prepared: Prepared, status: str) -> dict[str, Any]:
         """The response object before any output (queued, in progress)."""
@@ -199,13 +247,15 @@ class ResponsesService:
         ctx: Context,
         prepared: Prepared,
         stream: ChatStream,
-        store: Callable[[Context, Prepared, dict[str, Any]], Awaitable[None]] | None,
+        store: Callable[[dict[str, Any]], Awaitable[None]],
+        *,
+        queued: bool = False,
     ) -> AsyncIterator[Event]:
         """The Responses events of a started chat stream. The stream is closed (so settled, and its cost known)
         before the closing events, and `store` writes the final response before they are yielded."""
         events = ResponseEvents(self.skeleton(prepared, "in_progress"))
         try:
-            for event in events.start():
+            for event in events.start(queued=queued):
                 yield event
             try:
                 async for chunk in stream:
@@ -217,8 +267,7 @@ class ResponsesService:
             else:
                 closing = events.finish()
             await stream.aclose()
-            if store is not None:
-                await store(ctx, prepared, events.response)
+            await store(events.response)
             for event in closing:
                 yield event
         finally:
@@ -263,7 +312,7 @@ class ResponsesService:
         self, ctx: Context, request: GatewayRequest[ResponsesRequest], raw: dict[str, Any]
     ) -> dict[str, Any]:
         """Insert a queued background row (checked first as a run would be) and answer it at once."""
-        prepared = await self.prepare(ctx, request)
+        prepared = await self.begin(ctx, request)
         self.pipeline.resolve(ctx, request.body.model, request.options.provider_name, CHAT)  # 404/403 now
         response = self.skeleton(prepared, "queued")
         values = self._row(ctx, prepared, response, "queued", background=True)
@@ -333,8 +382,8 @@ class ResponsesService:
     async def input_tokens(self, ctx: Context, request: GatewayRequest[ResponsesRequest]) -> dict[str, Any]:
         """`POST /v1/responses/input_tokens`: the prompt this request would send, counted as the gateway
         estimates prompts (accounts/delivered.py), history included. Nothing is called, nothing billed."""
-        prepared = await self.prepare(ctx, request)
-        return {"object": "response.input_tokens", "input_tokens": counted_prompt_tokens(prepared.chat.body)}
+        chat = self.translated(await self.begin(ctx, request), stream=False)
+        return {"object": "response.input_tokens", "input_tokens": counted_prompt_tokens(chat.body)}
 
     async def follow(self, ctx: Context, response_id: str, after: int) -> AsyncIterator[Event]:
         """A background response's events after `after` (a sequence number), then the new ones as they are
