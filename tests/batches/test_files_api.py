@@ -24,7 +24,7 @@ from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 from tests.test_openapi import _fits, _schema
 
-MAX_UPLOAD = 64 * 1024
+MAX_UPLOAD = 256 * 1024  # above `server.max_body_bytes` (64 KiB in the test config): uploads have their own
 RETENTION_S = 7 * 86400.0
 JSONL = b'{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": {}}\n'
 
@@ -152,6 +152,8 @@ def test_bad_uploads_are_400_or_413_in_openais_shape(server: GatewayServer, admi
     with pytest.raises(openai.BadRequestError) as caught:
         c.files.create(file=("a.jsonl", JSONL), purpose="batch", expires_after={"anchor": "created_at", "seconds": 5})
     assert caught.value.body["param"] == "expires_after.seconds"  # type: ignore[index]
+    bigger_than_a_json_body = c.files.create(file=("big.jsonl", b"x" * 100_000), purpose="batch")
+    assert c.files.content(bigger_than_a_json_body.id).content == b"x" * 100_000
     with pytest.raises(openai.APIStatusError) as too_big:
         c.files.create(file=("big.jsonl", b"x" * (MAX_UPLOAD + 1)), purpose="batch")
     assert too_big.value.status_code == 413 and too_big.value.body["code"] == "request_too_large"  # type: ignore[index]
