@@ -20,15 +20,38 @@ from inferplex.dialects.anthropic.batches_wire import CreateMessageBatch
 from inferplex.errors import InvalidRequest
 from tests.accounts.conftest import Admin
 from tests.batches.test_openai_batches import CREDITS, batches_config, chat_line, jsonl
+from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 from tests.test_openapi import _fits, _schema
 
+CLAUDE_KEY = "sk-ant-batches-fake"
+
 
 @pytest.fixture(scope="module")
-def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    with GatewayServer(batches_config(fake_openai, tmp_path_factory.mktemp("anthropic-batches"))) as s:
-        yield s
+def claude() -> Iterator[FakeAnthropic]:
+    fake = FakeAnthropic(CLAUDE_KEY).start()
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def server(
+    fake_openai: FakeOpenAI, claude: FakeAnthropic, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GatewayServer]:
+    """The batch test gateway (OpenAI-compatible fake), plus `claude-think` on the Anthropic fake."""
+    config = batches_config(fake_openai, tmp_path_factory.mktemp("anthropic-batches"))
+    config["providers"].append(
+        {"name": "claude", "kind": "anthropic", "base_url": claude.url, "api_key": "env:BATCH_TEST_ANTHROPIC_KEY"}
+    )
+    config["models"].append(
+        {"name": "claude-think", "deployments": [{"provider": "claude", "model": "claude-think-1"}],
+         "pricing": {"input": "0", "output": "3"}}
+    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("BATCH_TEST_ANTHROPIC_KEY", CLAUDE_KEY)
+        with GatewayServer(config) as s:
+            yield s
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +116,27 @@ def test_a_message_batch_runs_to_its_results_each_request_charged_once(
     # Each succeeded request charged once (3 micro-USD per output token for `priced`), the failed one nothing.
     charged = 3 * sum(results[f"q{i}"].message.usage.output_tokens for i in range(4))  # type: ignore[union-attr]
     wait_for(lambda: int(admin.account(account)["balance_micros"]) == CREDITS - charged)
+
+
+def test_anthropics_own_details_reach_an_anthropic_upstream(
+    server: GatewayServer, admin: Admin, claude: FakeAnthropic
+) -> None:
+    """Thinking, top_k and cache_control go to an Anthropic upstream as `/v1/messages` sends them, and the
+    thinking block comes back in the result's message."""
+    client, _ = new_client(server, admin)
+    content = [{"type": "text", "text": "think about it", "cache_control": {"type": "ephemeral"}}]
+    params = {"model": "claude-think", "max_tokens": 2000, "top_k": 7,
+              "messages": [{"role": "user", "content": content}],
+              "thinking": {"type": "enabled", "budget_tokens": 1024}}  # fmt: skip
+    made = client.messages.batches.create(requests=[{"custom_id": "deep", "params": params}])  # type: ignore[list-item,typeddict-item]
+    ended(client, made.id)
+    (result,) = list(client.messages.batches.results(made.id))
+    assert result.result.type == "succeeded", result
+    blocks = result.result.message.content
+    assert [b.type for b in blocks] == ["thinking", "text"] and blocks[1].text == "echo: think about it"  # type: ignore[union-attr]
+    sent = claude.last("/v1/messages").body
+    assert sent["top_k"] == 7 and sent["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert sent["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
 
 
 def test_create_refusals_name_the_request_and_field(server: GatewayServer, admin: Admin) -> None:
