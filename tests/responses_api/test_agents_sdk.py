@@ -2,7 +2,8 @@
 
 The agent's model is the SDK's own `OpenAIResponsesModel` on an `AsyncOpenAI` client whose base URL is the
 gateway, tracing off, so nothing leaves the machine. Behind the gateway sits a fake of each provider kind
-(OpenAI-compatible, Anthropic, Gemini, and Bedrock): it calls the tool first, then, given the tool's
+(OpenAI-compatible through the chat translation, the same fake passed through natively as a provider that
+speaks Responses, Anthropic, Gemini, and Bedrock): it calls the tool first, then, given the tool's
 output, answers `tool said: <output>`. A run passes when the tool ran once with the fake's arguments, the
 agent's final output is that answer, and the fake's last request carried the tool's output, answering the
 call it made, in the provider's own shape. Each run is made buffered (`Runner.run`) and streamed
@@ -36,9 +37,15 @@ from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
     tool_output_sent,
 )
 
-AGENT_KINDS = ("openai", "anthropic", "gemini", "bedrock")
+AGENT_KINDS = ("openai", "native", "anthropic", "gemini", "bedrock")
 # what the tool's output must answer on each fake: the id of the call the fake made (Gemini: the function)
-CALLED = {"openai": "call_abc123", "anthropic": "toolu_01", "gemini": "get_weather", "bedrock": "tooluse_0"}
+CALLED = {
+    "openai": "call_abc123",
+    "native": "call_fake123",
+    "anthropic": "toolu_01",
+    "gemini": "get_weather",
+    "bedrock": "tooluse_0",
+}
 # the SDK sends the whole conversation each turn, or (chained) only what is new with previous_response_id
 CHAINING = {"full-input": False, "chained": True}
 

@@ -49,8 +49,18 @@ __all__ = [
     "tool_output_sent",
 ]
 
-KINDS = ("openai", "azure", "anthropic", "gemini", "bedrock", "local")
-PROVIDER = {"openai": "oa", "azure": "az", "anthropic": "claude", "gemini": "gem", "bedrock": "br", "local": "local"}
+# `native`: the OpenAI fake again, on a provider that speaks Responses (`options.responses_api`), so the request
+# passes through (responses_api/native.py) and the stream is the upstream's own, relayed
+KINDS = ("openai", "native", "azure", "anthropic", "gemini", "bedrock", "local")
+PROVIDER = {
+    "openai": "oa",
+    "native": "oa-native",
+    "azure": "az",
+    "anthropic": "claude",
+    "gemini": "gem",
+    "bedrock": "br",
+    "local": "local",
+}
 LOCAL_CHAT = "smollm2-135m-instruct"
 _BR = "anthropic.claude-{}-v1:0"
 
@@ -58,6 +68,7 @@ _BR = "anthropic.claude-{}-v1:0"
 ROWS: dict[str, dict[str, str | None]] = {
     "text": {
         "openai": "gpt-echo",
+        "native": "gpt-echo",
         "azure": "gpt4o-prod",
         "anthropic": "claude-echo-1",
         "gemini": "gemini-echo",
@@ -67,6 +78,7 @@ ROWS: dict[str, dict[str, str | None]] = {
     # a tool call, then (after the tool's answer) `tool said: ...`; Azure's fake has no tools
     "tool": {
         "openai": "agent-tool",
+        "native": "tool-native",
         "anthropic": "claude-tool-1",
         "gemini": "gemini-tool",
         "bedrock": _BR.format("tool"),
@@ -78,7 +90,12 @@ ROWS: dict[str, dict[str, str | None]] = {
         "bedrock": "us.anthropic.claude-tool-parallel-v1:0",
     },
     # reasoning before the text
-    "think": {"anthropic": "claude-think-1", "gemini": "gemini-think", "bedrock": _BR.format("think")},
+    "think": {
+        "native": "reason-native",
+        "anthropic": "claude-think-1",
+        "gemini": "gemini-think",
+        "bedrock": _BR.format("think"),
+    },
     # reasoning before a tool call
     "think-tool": {
         "anthropic": "claude-think-tool-1",
@@ -90,6 +107,7 @@ ROWS: dict[str, dict[str, str | None]] = {
     # the answer cut by max_output_tokens (`truncated` in the tests sends a long input and a small limit)
     "truncated": {
         "openai": "gpt-echo",
+        "native": "gpt-echo",
         "anthropic": "claude-echo-1",
         "gemini": "gemini-echo",
         "bedrock": _BR.format("3-5-sonnet"),
@@ -97,6 +115,7 @@ ROWS: dict[str, dict[str, str | None]] = {
     # the upstream refuses the call (overloaded / a server error) before any output
     "error": {
         "openai": "error-500",
+        "native": "error-500",
         "azure": "error-503",
         "anthropic": "claude-error-529",
         "gemini": "gemini-error-503",
@@ -105,6 +124,7 @@ ROWS: dict[str, dict[str, str | None]] = {
     # the upstream fails after some text
     "midstream": {
         "openai": "die-midstream",
+        "native": "die-midstream",
         "azure": "midstream",
         "anthropic": "claude-midstream-1",
         "gemini": "gemini-midstream",
@@ -146,6 +166,13 @@ def gateway_fixture(
 ) -> Iterator[GatewayServer]:
     providers = [
         {"name": "oa", "kind": "openai", "base_url": fake_openai.base_url, "api_key": "env:FAKE_UPSTREAM_KEY"},
+        {
+            "name": "oa-native",
+            "kind": "openai",
+            "base_url": fake_openai.base_url,
+            "api_key": "env:FAKE_UPSTREAM_KEY",
+            "options": {"responses_api": True},
+        },
         {"name": "az", "kind": "azure", "base_url": fake_azure.url, "api_key": "env:FAKE_AZURE_KEY"},
         {"name": "claude", "kind": "anthropic", "base_url": fake_anthropic.url, "api_key": "env:FAKE_ANTHROPIC_KEY"},
         {"name": "gem", "kind": "gemini", "base_url": fake_gemini.url + "/v1beta", "api_key": "env:FAKE_GEMINI_KEY"},
@@ -178,6 +205,10 @@ def tool_output_sent(kind: str, fakes: Fakes) -> tuple[str, str]:
         content = last["content"]
         text = content if isinstance(content, str) else "".join(p["text"] for p in content)
         return last["tool_call_id"], text
+    if kind == "native":
+        item = fakes.openai.state.last("/responses").body["input"][-1]
+        assert item["type"] == "function_call_output", item
+        return item["call_id"], item["output"]
     if kind == "anthropic":
         message = fakes.anthropic.last("/v1/messages").body["messages"][-1]
         block = next(b for b in message["content"] if b["type"] == "tool_result")
