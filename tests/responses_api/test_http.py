@@ -247,3 +247,14 @@ def test_cancel_background_charges_what_was_produced(
     assert row.cost_micros > 0
     again = client.responses.cancel(queued.id)
     assert again.status == "cancelled"
+
+
+def test_retention_is_the_configured_default_or_the_key_s_own(client: openai.OpenAI, server: GatewayServer) -> None:
+    default = stored(server, client.responses.create(model="echo-model", input="kept").id)
+    assert default is not None and default.expires_at == pytest.approx(default.created_at + 30 * 86_400)
+    admin = Admin(server.url, server.master_key)
+    short = admin.create_key(scopes=["chat"], credits_micros=10**6, metadata={"responses_retention_days": 1})["key"]
+    admin.close()
+    with openai.OpenAI(base_url=server.base_url, api_key=short, max_retries=0) as own:
+        row = stored(server, own.responses.create(model="echo-model", input="brief").id)
+    assert row is not None and row.expires_at == pytest.approx(row.created_at + 86_400)
