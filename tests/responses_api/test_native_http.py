@@ -25,14 +25,21 @@ from tests.responses_api.schema import check_response
 
 @pytest.fixture(scope="module")
 def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    config = billing_config(fake_openai, tmp_path_factory.mktemp("native-http"))
+    tmp = tmp_path_factory.mktemp("native-http")
+    config = billing_config(fake_openai, tmp, responses={"tick_s": 0.2, "follow_poll_s": 0.02})
     native = {**config["providers"][0], "name": "native", "options": {"responses_api": True}}
     config["providers"].append(native)
     priced = {"input": "0", "output": "3"}
-    for name, upstream in (("native-echo", "gpt-x"), ("native-search", "search-x"), ("native-broken", "error-500")):
+    for name, upstream in (
+        ("native-echo", "gpt-x"),
+        ("native-search", "search-x"),
+        ("native-broken", "error-500"),
+        ("native-cut", "die-midstream"),
+    ):
         deployments = [{"provider": "native", "model": upstream}]
-        config["models"].append({"name": name, "deployments": deployments, "max_output": 100, "pricing": priced})
-    config["models"][-1]["routing"] = {"retries": 0}
+        config["models"].append(
+            {"name": name, "deployments": deployments, "max_output": 100, "pricing": priced, "routing": {"retries": 0}}
+        )
     with GatewayServer(config) as gw:
         yield gw
 
@@ -137,3 +144,33 @@ def test_the_cost_is_the_ledgers(client: openai.OpenAI, server: GatewayServer, a
     time.sleep(0.2)
     assert admin.account(account[1])["balance_micros"] == before - cost  # a failed call is charged nothing
     admin.close()
+
+
+def test_a_stream_cut_mid_way_ends_failed_stored_and_charged_for_what_came(
+    client: openai.OpenAI, server: GatewayServer
+) -> None:
+    events = list(client.responses.create(model="native-cut", input="one two three", stream=True))
+    assert events[-1].type == "response.failed" and events[-2].type == "response.output_text.delta"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    failed: Any = events[-1]
+    assert failed.response.error is not None and "charged" in failed.response.error.message.lower()
+    row = stored(server, failed.response.id)
+    assert row is not None and row.status == "failed" and row.history is None
+    assert row.cost_micros is not None and row.cost_micros > 0  # the text delivered before the cut
+
+
+def test_a_background_response_runs_natively(client: openai.OpenAI, fake_openai: FakeOpenAI) -> None:
+    queued = client.responses.create(
+        model="native-search", input="later", background=True, tools=[{"type": "web_search"}]
+    )
+    assert queued.status in ("queued", "in_progress") and queued.background is True
+    deadline = time.monotonic() + 20
+    while (done := client.responses.retrieve(queued.id)).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline, f"still {done.status}"
+        time.sleep(0.05)
+    assert done.status == "completed" and done.output_text == "echo: later" and done.background is True
+    sent = _upstream(fake_openai)
+    assert "background" not in sent and sent["store"] is False and sent["stream"] is True
+    events = list(client.responses.retrieve(queued.id, stream=True))
+    assert events[-1].type == "response.completed" and events[-1].response.id == queued.id
+    assert "response.web_search_call.completed" in [e.type for e in events]
