@@ -258,3 +258,19 @@ def test_retention_is_the_configured_default_or_the_key_s_own(client: openai.Ope
     with openai.OpenAI(base_url=server.base_url, api_key=short, max_retries=0) as own:
         row = stored(server, own.responses.create(model="echo-model", input="brief").id)
     assert row is not None and row.expires_at == pytest.approx(row.created_at + 86_400)
+
+
+def test_a_background_response_the_upstream_fails_ends_failed_and_uncharged(
+    client: openai.OpenAI, server: GatewayServer
+) -> None:
+    queued = client.responses.create(model="error-400", input="x", background=True)
+    failed = _wait(client, queued.id, ("failed",))
+    assert failed.error is not None and failed.output == []
+    events = list(client.responses.retrieve(queued.id, stream=True))
+    kinds = ["response.created", "response.queued", "response.in_progress", "response.failed"]
+    assert [e.type for e in events] == kinds and [e.sequence_number for e in events] == [0, 1, 2, 3]
+    row = stored(server, queued.id)
+    assert row is not None and not row.cost_micros
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="echo-model", input="x", previous_response_id=queued.id)
+    assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]

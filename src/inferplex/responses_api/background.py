@@ -200,10 +200,10 @@ class Background:
 
     async def _failed_early(self, row: StoredResponse, token: str, ctx: Context, err: GatewayError) -> None:
         """Refused or failed before any output (a revoked key, an upstream error on every target): the stream a
-        follower reads is `response.created`, `response.in_progress`, `response.failed`. Nothing is charged."""
+        follower reads is `response.created`, `.queued`, `.in_progress`, `.failed`. Nothing is charged."""
         skeleton = {**row.response, "status": "in_progress"}
         translator = ResponseEvents(skeleton)
-        events: list[Event] = [*translator.start(), *translator.fail(error_of(err))]
+        events: list[Event] = [*translator.start(queued=True), *translator.fail(error_of(err))]
         pending = [(int(e["sequence_number"]), orjson.dumps(e).decode()) for e in events]
         final = {"status": "failed", "response": dumps(translator.response), "completed_at": time.time(),
                  "next_run_at": None, "cost_micros": ctx.cost_micros}  # fmt: skip
