@@ -88,7 +88,25 @@ OUTPUT = {"id": "fco_1", "type": "function_call_output", "call_id": "call_1", "o
                 {**THOUGHT, "encrypted_content": carried([{"type": "thinking", "thinking": "t", "signature": "s"}])},
                 {**CALL, "extra_content": {"google": {"thought_signature": "sig"}}},
             ],
-            {"model": "m", "store": False, "input": [CALL, USER]},
+            {"model": "m", "store": False, "input": [{k: v for k, v in CALL.items() if k != "id"}, USER]},
+        ),
+        # a call after reasoning left out loses the id that pairs them; the next turn's items are as they were
+        (
+            {"model": "m", "input": "next"},
+            [USER, THOUGHT, CALL, {**CALL, "id": "fc_2"}, OUTPUT, ANSWER, CALL],
+            {
+                "model": "m",
+                "store": False,
+                "input": [
+                    USER,
+                    {k: v for k, v in CALL.items() if k != "id"},
+                    {k: v for k, v in CALL.items() if k != "id"},
+                    {k: v for k, v in OUTPUT.items() if k != "id"},
+                    ANSWER,
+                    CALL,
+                    {"type": "message", "role": "user", "content": "next"},
+                ],
+            },
         ),
         # no input at all (a follow-up that only continues): the history alone
         ({"model": "m"}, [USER, ANSWER], {"model": "m", "store": False, "input": [USER, ANSWER]}),

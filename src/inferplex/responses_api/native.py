@@ -91,12 +91,34 @@ def as_input(item: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def replayed(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The history as the upstream takes it back (`for_openai`, `replayable`, `as_input`). A function call
+    that followed a reasoning item left out loses its id too: the id pairs it with that reasoning, and
+    OpenAI refuses a call "provided without its required reasoning item"; without one (it is optional) the
+    call is taken as the caller's."""
+    kept: list[dict[str, Any]] = []
+    orphaned = False
+    for stored in history:
+        item = for_openai(dict(stored))
+        if item is None or not replayable(item):
+            orphaned = True
+            continue
+        item = as_input(item)
+        if item.get("type") == "function_call":
+            if orphaned:
+                item.pop("id", None)
+        else:
+            orphaned = False
+        kept.append(item)
+    return kept
+
+
 def upstream_body(wire: Mapping[str, Any], history: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What the upstream is sent (its `model` is set per deployment): the caller's JSON (gateway options
     already out) with the history in front of `input`, `store: false`, and the gateway's own fields out."""
     body = {k: v for k, v in wire.items() if k not in GATEWAY_FIELDS}
     body["store"] = False
-    kept = [as_input(item) for item in map(for_openai, map(dict, history)) if item is not None and replayable(item)]
+    kept = replayed(history)
     if kept:
         current = wire.get("input")
         if isinstance(current, str):  # OpenAI's shorthand: one user message
