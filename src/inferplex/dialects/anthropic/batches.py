@@ -37,7 +37,6 @@ from inferplex.dialects.anthropic.batches_wire import (
     MessageBatchList,
 )
 from inferplex.dialects.anthropic.translate import error_body, strip_anthropic, to_canonical, to_message
-from inferplex.dialects.anthropic.wire import MessagesRequest
 from inferplex.dialects.failure import error_headers
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, Unavailable
@@ -121,8 +120,9 @@ def line_request(body: dict[str, Any]) -> GatewayRequest[ChatRequest]:
 
 
 def lines_of(request: CreateMessageBatch, betas: list[str]) -> list[LineInput]:
-    """Each request's params validated as `/v1/messages` validates them and translated to the canonical body;
-    a bad one is a 400 naming its index. `betas` (the `anthropic-beta` header) apply to every line."""
+    """Each request translated to the canonical body as `/v1/messages` translates it (its params were validated
+    with the create body); a repeated custom_id or a stream is a 400 naming its index. `betas` (the
+    `anthropic-beta` header) apply to every line."""
     lines: list[LineInput] = []
     seen: set[str] = set()
     for i, item in enumerate(request.requests):
@@ -133,11 +133,7 @@ def lines_of(request: CreateMessageBatch, betas: list[str]) -> list[LineInput]:
                 param=f"{where}.custom_id",
             )
         seen.add(item.custom_id)
-        try:
-            wire: MessagesRequest = parse(MessagesRequest, item.params)
-        except InvalidRequest as err:
-            param = f"{where}.params" + (f".{err.param}" if err.param else "")
-            raise InvalidRequest(f"{param}: {err.message}", param=param) from None
+        wire = item.params
         if wire.stream:
             raise InvalidRequest(
                 f"{where}.params.stream: streaming is not supported in a batch.", param=f"{where}.params.stream"

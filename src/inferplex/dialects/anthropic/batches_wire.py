@@ -1,19 +1,20 @@
 """Anthropic's Message Batches shapes (the `anthropic` SDK's types/messages/: MessageBatch, its request counts,
 the individual results, DeletedMessageBatch), as the routes of `batches.py` take and answer them.
 
-The create body is a pydantic model (validated with field names in its errors; each `params` is checked
-against the `/v1/messages` request model by the route, so a bad one names its index); the answers are
-TypedDicts, for `/openapi.json`.
+The create body is a pydantic model, each `params` the `/v1/messages` request model itself, so a bad one is
+refused with its path (`requests[1].params.max_tokens`) and `/openapi.json` shows the whole request; the
+answers are TypedDicts.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import TypedDict
 
 from inferplex.dialects.anthropic.responses import AnthropicError, AnthropicMessage
+from inferplex.dialects.anthropic.wire import MessagesRequest
 
 MAX_REQUESTS = 100_000  # Anthropic's bound on one batch
 
@@ -23,7 +24,7 @@ class BatchRequestItem(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     custom_id: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
-    params: dict[str, Any]
+    params: MessagesRequest
 
 
 class CreateMessageBatch(BaseModel):
