@@ -300,8 +300,8 @@ class ResponsesService:
         }  # fmt: skip
 
     def retention_s(self, ctx: Context) -> float:
-        """How long a response is kept: the account's own `responses_retention_days` where its key's metadata
-        sets one, else the configured default."""
+        """How long a response is kept: `responses_retention_days` where the key's metadata sets it (accounts
+        have no settings of their own to hold it yet), else the configured default."""
         own = ctx.principal.metadata.get("responses_retention_days") if ctx.principal.metadata else None
         days = own if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0 else None
         return float(days or self.config.retention_days) * DAY_S
@@ -313,7 +313,9 @@ class ResponsesService:
     ) -> dict[str, Any]:
         """Insert a queued background row (checked first as a run would be) and answer it at once."""
         prepared = await self.begin(ctx, request)
-        self.pipeline.resolve(ctx, request.body.model, request.options.provider_name, CHAT)  # 404/403 now
+        model, provider, custom = request.body.model, request.options.provider_name, self.pipeline.custom
+        if custom is None or not custom.claims(model, provider):
+            self.pipeline.resolve(ctx, model, provider, CHAT)  # an unknown or forbidden model: 404/403 now
         response = self.skeleton(prepared, "queued")
         values = self._row(ctx, prepared, response, "queued", background=True)
         values |= {"request": dumps(raw), "next_run_at": prepared.created_at}
