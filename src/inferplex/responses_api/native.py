@@ -263,7 +263,9 @@ async def maybe_native(
     sent = upstream_body(request.wire(), history)
     counted = request.replace(body.model_copy(update={"input": sent.get("input")}))
     admission = await pipeline.guard.admit(ctx, NATIVE_RESPONSES, model, counted)
-    ctx.prompt_tokens_counted = estimate_output_tokens(len(orjson.dumps(sent.get("input"))))
+    # A stream cut before its usage is billed on the prompt as the gateway counts it (4 characters a token).
+    prompt = [sent.get("instructions"), sent.get("input"), sent.get("tools")]
+    ctx.prompt_tokens_counted = estimate_output_tokens(len(orjson.dumps(prompt)))
 
     def public(response: dict[str, Any]) -> dict[str, Any]:
         name = ctx.target.model.name if ctx.target is not None else model.name
@@ -332,7 +334,7 @@ class NativeStream:
         rest: AsyncIterator[Event],
         ctx: Context,
         admission: Admission,
-        public: Any,
+        public: Callable[[dict[str, Any]], dict[str, Any]],
     ) -> None:
         self.ctx = ctx
         self.response: dict[str, Any] | None = None
