@@ -11,6 +11,7 @@ stream helper's final response) as a client would.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import httpx
@@ -24,12 +25,14 @@ from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
     LONG_INPUT,
     TIME_TOOL,
     WEATHER_TOOL,
+    Fakes,
     _native_keys,
     fake_anthropic,
     fake_azure,
     fake_bedrock,
     fake_gemini,
     fake_openai,
+    fakes_fixture,
     gateway_fixture,
     kinds,
     model,
@@ -180,6 +183,63 @@ def test_background_stream_and_its_replay(gateway: GatewayServer, kind: str) -> 
     stored = httpx.get(url, headers=gateway.auth, timeout=60).json()
     check_response(stored)
     assert stored["output"] == final["output"] and stored["status"] == "completed"
+
+
+def finished(gateway: GatewayServer, response_id: str) -> dict[str, Any]:
+    """The stored response once its background run is over (polled as a client does)."""
+    url = f"{gateway.base_url}/responses/{response_id}"
+    deadline = time.monotonic() + 20
+    while True:
+        stored: dict[str, Any] = httpx.get(url, headers=gateway.auth, timeout=60).json()
+        if stored["status"] not in ("queued", "in_progress") or time.monotonic() > deadline:
+            return stored
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("kind", ["openai", "native", "anthropic", "gemini"])
+def test_background_upstream_failure_is_a_failed_response(gateway: GatewayServer, kind: str) -> None:
+    """A background run whose upstream refuses: polled, a `failed` response that fits `Response`; its
+    events replayed, a stream that fits the grammar and ends with `response.failed`."""
+    r = post(gateway, {"model": model(kind, "error"), "input": "tell me", "background": True})
+    assert r.status_code == 200, r.text
+    check_response(r.json())
+    assert r.json()["status"] in ("queued", "in_progress"), r.json()["status"]
+    stored = finished(gateway, r.json()["id"])
+    check_response(stored)
+    assert stored["status"] == "failed" and stored["error"]["message"], stored
+    url = f"{gateway.base_url}/responses/{stored['id']}"
+    replay = sse_events(httpx.get(url, params={"stream": "true"}, headers=gateway.auth, timeout=60).text)
+    assert check_stream(replay)["status"] == "failed"
+
+
+def hangups(kind: str, fakes: Fakes) -> list[float]:
+    """When the slow fake of `kind` saw its caller hang up."""
+    return {"openai": fakes.openai.state.disconnects, "anthropic": fakes.anthropic.disconnects}.get(
+        kind, fakes.gemini.hangups
+    )
+
+
+@pytest.mark.parametrize("kind", kinds("slow"))
+def test_cancelled_background_response_fits_the_schema(gateway: GatewayServer, fakes: Fakes, kind: str) -> None:
+    """Cancelled while its upstream streams: the cancel's answer and the stored response fit `Response`
+    with status `cancelled`, and the worker hangs up on the upstream."""
+    before = len(hangups(kind, fakes))
+    r = post(gateway, {"model": model(kind, "slow"), "input": "tell me", "background": True})
+    url = f"{gateway.base_url}/responses/{r.json()['id']}"
+    deadline = time.monotonic() + 10
+    while httpx.get(url, headers=gateway.auth).json()["status"] == "queued" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    cancelled = httpx.post(url + "/cancel", headers=gateway.auth, timeout=60)
+    assert cancelled.status_code == 200, cancelled.text
+    check_response(cancelled.json())
+    assert cancelled.json()["status"] == "cancelled"
+    stored = finished(gateway, r.json()["id"])
+    check_response(stored)
+    assert stored["status"] == "cancelled"
+    deadline = time.monotonic() + 5
+    while len(hangups(kind, fakes)) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(hangups(kind, fakes)) > before, "the upstream call went on after the cancel"
 
 
 @pytest.mark.parametrize("kind", kinds("tool"))

@@ -121,6 +121,8 @@ ROWS: dict[str, dict[str, str | None]] = {
         "gemini": "gemini-error-503",
         "bedrock": _BR.format("overloaded"),
     },
+    # the upstream streams "tick " every 50 ms for 30 s (what a cancel interrupts)
+    "slow": {"openai": "slow-stream", "anthropic": "claude-slow-1", "gemini": "gemini-slow"},
     # the upstream fails after some text
     "midstream": {
         "openai": "die-midstream",
