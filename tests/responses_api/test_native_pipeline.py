@@ -38,7 +38,8 @@ class AzureResponsesFake(FakeAzure):
     """The Azure fake with the resource's v1 Responses route (`/openai/v1/responses`, `api-key`)."""
 
     def routes(self) -> list[web.RouteDef]:
-        return [*super().routes(), web.post("/openai/v1/responses", self.responses)]
+        own = [web.post(path, self.responses) for path in ("/openai/v1/responses", "/openai/responses")]
+        return [*super().routes(), *own]
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         body = orjson.loads(await request.read())
@@ -74,7 +75,16 @@ def _config(fake: FakeOpenAI, azure: AzureResponsesFake, data_dir: str) -> dict[
     once = {"retries": 0}
     return {
         "server": {"data_dir": data_dir},
-        "providers": [{**native, **key}, {"name": "chatonly", "kind": "openai", "base_url": fake.base_url, **key}, az],
+        "providers": [
+            {**native, **key},
+            {"name": "chatonly", "kind": "openai", "base_url": fake.base_url, **key},
+            az,
+            {
+                **az,
+                "name": "az-preview",
+                "options": {"responses_api": True, "responses_api_version": "2025-04-01-preview"},
+            },
+        ],
         "models": [
             model("gpt-native", ("native", "gpt-x")),
             model("tool-native", ("native", "tool-x")),
@@ -86,6 +96,7 @@ def _config(fake: FakeOpenAI, azure: AzureResponsesFake, data_dir: str) -> dict[
             model("broken", ("native", "error-500"), routing=once),
             model("rescued", ("native", "error-500"), routing={**once, "fallbacks": ["gpt-native"]}),
             model("az-model", ("az", "my-deploy")),
+            model("az-preview-model", ("az-preview", "my-deploy")),
             model("mixed", ("native", "gpt-x"), ("chatonly", "gpt-x")),
             model("chat-only", ("chatonly", "gpt-x")),
             model("falls-to-chat", ("native", "error-500"), routing={**once, "fallbacks": ["chat-only"]}),
@@ -251,6 +262,9 @@ async def test_azure_gets_its_resource_url_and_key(
     seen = fake_azure_responses.last("/openai/v1/responses")
     assert seen.headers["api-key"] == AZURE_KEY and "Authorization" not in seen.headers
     assert seen.body["model"] == "my-deploy" and seen.body["store"] is False
+    await _native(pipeline, {"model": "az-preview-model", "input": "hi"})  # the preview route, by api-version
+    seen = fake_azure_responses.last("/openai/responses")
+    assert seen.query == {"api-version": "2025-04-01-preview"} and seen.headers["api-key"] == AZURE_KEY
 
 
 async def test_a_failing_deployment_falls_back(rig: tuple[Pipeline, Recorder]) -> None:
