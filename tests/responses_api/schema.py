@@ -15,7 +15,7 @@ also checks the grammar OpenAI's stream follows and its SDKs' stream helpers rel
   item's summary parts (`summary_index`), and the deltas of a text, a refusal, a summary or a function's
   arguments add up to what the matching `.done` event, the part, and the finished item say;
 - the terminal response's `output` is the finished items in order, its `status` is the terminal event's,
-  and it has the id of `response.created`'s response.
+  and it is `response.created`'s response (same id, and the same about the request: model, tools, ...).
 
 Usage: `check_event(event)`, `check_response(response)`, `check_stream(events) -> final response`.
 """
@@ -31,6 +31,28 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "openai_response_schemas.json"
 TERMINAL = {"response.completed": "completed", "response.incomplete": "incomplete", "response.failed": "failed"}
+# what a response says about its request: the same in every event of one stream (status, output, usage and
+# the service tier actually used are what change)
+STABLE = (
+    "id",
+    "object",
+    "created_at",
+    "model",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "text",
+    "reasoning",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "truncation",
+    "store",
+    "background",
+    "metadata",
+)
 
 
 def _as_json_schema(node: Any) -> Any:
@@ -278,6 +300,8 @@ def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
             grammar.feed(i, event)
     final: dict[str, Any] = events[-1]["response"]
     assert final["id"] == created["id"], "the terminal event names another response"
+    changed = [k for k in STABLE if k in created and k in final and created[k] != final[k]]
+    assert not changed, f"the terminal response says otherwise than response.created about {changed}"
     assert final["status"] == TERMINAL[kinds[-1]], f"{kinds[-1]} carries status {final['status']}"
     if kinds[-1] != "response.failed":
         assert grammar.open is None, f"the stream ended with output item {grammar.open.index} open"

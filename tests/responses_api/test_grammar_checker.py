@@ -165,6 +165,7 @@ BROKEN: dict[str, Callable[[list[dict[str, Any]]], None]] = {
     "completed with status in_progress": _set(14, "response.status", "in_progress"),
     "completed without usage": _set(14, "response.usage", None),
     "another response id": _set(14, "response.id", "resp_other"),
+    "another model at the end": _set(14, "response.model", "gpt-4o"),
     "delta before its part": _swap(3, 4),
     "status outside the enum (schema)": _set(0, "response.status", "running"),
 }
