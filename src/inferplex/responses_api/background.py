@@ -10,6 +10,9 @@ lease; the last one writes the finished row (status, response, history, cost) in
 
 - Cancelled (`POST .../cancel` marks the row): the next append finds it so and the run stops; closing the
   stream settles what was produced, and that cost is recorded on the row.
+- Refused for a rate or concurrency limit, or an outage (429, 503), before anything ran: queued again after
+  the wait the error names (else a backoff), up to five attempts; any other refusal fails it, uncharged.
+- Its replica stops (shutdown): the run fails at once, charged for what it produced, and says so.
 - Its replica died: the lease lapses and another replica claims the row. Nothing was streamed yet (no
   event stored): it runs again from the start. Else it fails (`response.failed` appended): what the caller
   saw cannot be continued exactly, and nothing is charged (the dead run's reservation is an orphan the
@@ -42,6 +45,8 @@ log = logging.getLogger("inferplex.responses")
 FINAL = ("response.completed", "response.incomplete", "response.failed")
 FLUSH_EVENTS = 64  # at most this many events wait for one append
 FLUSH_S = 0.05  # nor longer than this, while events keep coming
+RETRIED = (429, 503)  # a limit or an outage before the run started: queued again, not failed
+MAX_ATTEMPTS = 5
 
 
 class Background:
@@ -140,14 +145,43 @@ class Background:
                                                 created_at=row.created_at)  # fmt: skip
             events = await self.service.open_stream(ctx, prepared, store=None, queued=True)
         except GatewayError as err:
-            await self._failed_early(row, token, ctx, err)
+            if err.status in RETRIED and row.attempts < MAX_ATTEMPTS:
+                await self._later(row, token, err)
+            else:
+                await self._failed_early(row, token, ctx, err)
             return
         try:
             finished = await self._record(row, token, ctx, events, prepared.history, prepared.items)
+        except asyncio.CancelledError:  # this replica stops: what was produced is settled, and said so
+            await aclose_quietly(events)
+            await asyncio.shield(self._stopped(row, token, ctx))
+            raise
         finally:
             await aclose_quietly(events)  # closes the stream: settled, for what was produced
         if not finished:  # cancelled: what it produced is charged, and recorded
             await self.rows.fenced(row.id, token, {"cost_micros": ctx.cost_micros, "claimed_until": None}, active=False)
+
+    async def _later(self, row: StoredResponse, token: str, err: GatewayError) -> None:
+        """A rate limit or an outage before anything ran: queued again, tried after its wait (or a backoff)."""
+        wait = err.retry_after if err.retry_after is not None else min(60.0, 2.0**row.attempts)
+        values = {"status": "queued", "next_run_at": time.time() + wait, "claimed_by": None, "claimed_until": None}
+        await self.rows.fenced(row.id, token, values)
+        log.info("background response %s: %s; tried again in %.1fs", row.id, err.message, wait)
+
+    async def _stopped(self, row: StoredResponse, token: str, ctx: Context) -> None:
+        """This replica is shutting down mid-run: the response fails, charged (and recorded) for what was
+        produced, rather than left for another replica to find interrupted."""
+        with contextlib.suppress(Exception):
+            count = await self.rows.event_count(row.id)
+            message = (
+                "The gateway stopped while running this response; charged "
+                f"{ctx.cost_micros or 0} micro-USD for what was produced. Create it again."
+            )
+            response = {**row.response, "status": "failed", "error": {"code": "server_error", "message": message}}
+            event = {"type": "response.failed", "sequence_number": count, "response": response}
+            final = {"status": "failed", "response": dumps(response), "completed_at": time.time(),
+                     "next_run_at": None, "cost_micros": ctx.cost_micros}  # fmt: skip
+            await self.rows.append_events(row.id, token, [(count, orjson.dumps(event).decode())], None, final)
 
     async def _principal(self, row: StoredResponse) -> Any:
         auth = self.service.auth
@@ -171,7 +205,8 @@ class Background:
             pending.append((int(event["sequence_number"]), orjson.dumps(event).decode()))
             if event.get("type") in FINAL:
                 return await self._finish(row, token, ctx, pending, event["response"], history, items)
-            if len(pending) >= FLUSH_EVENTS or time.monotonic() - flushed >= FLUSH_S:
+            started = event.get("type") == "response.in_progress"  # followers see it start at once
+            if started or len(pending) >= FLUSH_EVENTS or time.monotonic() - flushed >= FLUSH_S:
                 if not await self.rows.append_events(row.id, token, pending, time.time() + self.config.lease_s):
                     return False
                 pending, flushed = [], time.monotonic()

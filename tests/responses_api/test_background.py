@@ -1,0 +1,73 @@
+"""Background responses when their gateway stops (a graceful shutdown, not a crash: test_replicas_crash.py):
+the run fails at once, charged and recorded for what it produced, and its stored stream ends with a
+`response.failed` that says so; the next gateway on the same database serves it as it was left."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from inferplex.responses_api.store import ResponseRows, StoredResponse
+from inferplex.store.engine import open_database
+from tests.accounts.conftest import Admin, billing_config
+from tests.fakes.openai_upstream import FakeOpenAI
+from tests.gateway_server import GatewayServer
+
+
+def _read(url: str, response_id: str) -> StoredResponse | None:
+    async def read() -> StoredResponse | None:
+        db = open_database(url)
+        try:
+            return await ResponseRows(db).get(response_id)
+        finally:
+            await db.aclose()
+
+    return asyncio.run(read())
+
+
+def test_a_stopping_gateway_fails_its_runs_charged_for_what_they_produced(
+    fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    config = billing_config(fake_openai, tmp_path, responses={"tick_s": 0.1, "follow_poll_s": 0.02})
+    url = config["storage"]["database_url"]
+    gateway = GatewayServer(config).start()
+    try:
+        admin = Admin(gateway.url, gateway.master_key)
+        created = admin.create_key(scopes=["chat"], credits_micros=10**7)
+        with openai.OpenAI(base_url=gateway.base_url, api_key=created["key"], max_retries=0) as client:
+            queued = client.responses.create(model="slow-stream", input="long", background=True)
+            with client.responses.retrieve(queued.id, stream=True) as events:
+                deltas = 0
+                for event in events:
+                    deltas += event.type == "response.output_text.delta"
+                    if deltas == 3:
+                        break
+        admin.close()
+    finally:
+        gateway.stop()
+    row = _read(url, queued.id)
+    assert row is not None and row.status == "failed" and row.cost_micros
+    error = row.response["error"]
+    assert f"charged {row.cost_micros} micro-USD" in error["message"]
+    with GatewayServer(config) as again:
+        with openai.OpenAI(base_url=again.base_url, api_key=created["key"], max_retries=0) as client:
+            stored = client.responses.retrieve(queued.id)
+            assert stored.status == "failed"
+            replayed = list(client.responses.retrieve(queued.id, stream=True))
+            assert replayed[-1].type == "response.failed"
+            assert [e.sequence_number for e in replayed] == list(range(len(replayed)))
+        admin = Admin(again.url, again.master_key)
+        deadline = time.monotonic() + 5
+        while admin.account(created["account_id"])["balance_micros"] != 10**7 - row.cost_micros:
+            assert time.monotonic() < deadline, "the ledger's charge is not the recorded cost"
+            time.sleep(0.05)
+        admin.close()
+
+
+@pytest.fixture(autouse=True)
+def _quiet_fake_logs(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("CRITICAL", logger="aiohttp.server")  # the fake notices the gateway hanging up
