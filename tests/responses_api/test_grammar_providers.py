@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import openai
 import orjson
+import pydantic
 import pytest
 
 from tests.gateway_server import GatewayServer
@@ -282,3 +283,20 @@ def test_openai_sdk_reads_the_stream(client: openai.OpenAI, kind: str, behaviour
     else:
         assert final.output_text
     assert final.usage is not None and final.usage.total_tokens > 0
+
+
+class Weather(pydantic.BaseModel):
+    city: str
+    degrees: int
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "gemini", "bedrock"])
+def test_structured_output_parsed_by_the_sdk(client: openai.OpenAI, kind: str) -> None:
+    """`text.format` json_schema, as the SDK's `responses.parse` sends it, reaches the provider as its own
+    structured output (each fake answers a sample of the schema it got: the integer is 3), buffered and
+    streamed, and the SDK parses the answer into the caller's type."""
+    expected = Weather(city="Paris", degrees=3)
+    parsed = client.responses.parse(model=model(kind, "text"), input="weather?", text_format=Weather)
+    assert parsed.output_parsed == expected
+    with client.responses.stream(model=model(kind, "text"), input="weather?", text_format=Weather) as stream:
+        assert stream.get_final_response().output_parsed == expected
