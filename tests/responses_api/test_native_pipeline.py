@@ -372,5 +372,6 @@ async def test_relay_stores_before_the_end_and_ends_a_cut_stream_failed(rig: tup
         seen.append(event)
     assert seen[-1]["type"] == "response.failed" and stored == [("failed", len(seen) - 1)]
     assert seen[-1]["response"]["error"]["message"].startswith("provider native")
+    assert seen[-1]["response"]["error"]["code"] == "server_error"  # OpenAI's codes only (not `upstream_error`)
     assert [e["sequence_number"] for e in seen] == list(range(len(seen)))
     assert [failed for _, failed in recorder.settled] == [False, False]  # the cut one: for what was delivered

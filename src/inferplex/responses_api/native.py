@@ -53,6 +53,7 @@ from inferplex.pipeline import Admission, Pipeline, failure_message
 from inferplex.providers.openai_responses import TERMINAL, ResponsesUpstream
 from inferplex.responses import Usage
 from inferplex.responses_api.carried import for_openai
+from inferplex.responses_api.events import ERROR_CODES
 from inferplex.responses_api.wire import ResponsesRequest
 from inferplex.routing.options import route_options
 from inferplex.targets import Target
@@ -417,8 +418,11 @@ class NativeStream:
 
     def fail(self, error: Mapping[str, Any]) -> list[Event]:
         """The `response.failed` event that ends a stream whose upstream failed mid-way (`error`: `code`
-        and `message`), with the response as far as it got."""
-        response = {**(self.response or {}), "status": "failed", "error": dict(error)}
+        and `message`; a code outside OpenAI's `ResponseErrorCode` is `server_error`, as the translated
+        stream's), with the response as far as it got."""
+        code = error.get("code")
+        failure = {"code": code if code in ERROR_CODES else "server_error", "message": str(error.get("message"))}
+        response = {**(self.response or {}), "status": "failed", "error": failure}
         self.response = response
         self._sequence += 1
         return [{"type": "response.failed", "sequence_number": self._sequence, "response": response}]
