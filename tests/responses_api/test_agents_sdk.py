@@ -37,7 +37,17 @@ from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
     tool_output_sent,
 )
 
-AGENT_KINDS = ("openai", "native", "anthropic", "gemini", "bedrock")
+# agent -> (the provider kind behind it, the behaviour its model is named after); `gemini-signed` is a thinking
+# model whose call carries a thought signature that must come back with the call next turn (the fake refuses
+# the conversation otherwise)
+AGENTS = {
+    "openai": ("openai", "tool"),
+    "native": ("native", "tool"),
+    "anthropic": ("anthropic", "tool"),
+    "gemini": ("gemini", "tool"),
+    "gemini-signed": ("gemini", "signed-tool"),
+    "bedrock": ("bedrock", "tool"),
+}
 # what the tool's output must answer on each fake: the id of the call the fake made (Gemini: the function)
 CALLED = {
     "openai": "call_abc123",
@@ -50,7 +60,7 @@ CALLED = {
 CHAINING = {"full-input": False, "chained": True}
 
 
-def weather_agent(gateway: GatewayServer, kind: str, calls: list[str], sent: list[dict[str, Any]]) -> Agent[Any]:
+def weather_agent(gateway: GatewayServer, agent: str, calls: list[str], sent: list[dict[str, Any]]) -> Agent[Any]:
     """The agent; the tool notes each city it is asked about in `calls`, the client each request body in
     `sent`."""
 
@@ -73,14 +83,15 @@ def weather_agent(gateway: GatewayServer, kind: str, calls: list[str], sent: lis
         name="weather",
         instructions="Answer questions about the weather with the get_weather tool.",
         tools=[get_weather],
-        model=OpenAIResponsesModel(model=model(kind, "tool"), openai_client=client),
+        model=OpenAIResponsesModel(model=model(*AGENTS[agent]), openai_client=client),
     )
 
 
-def check_run(kind: str, fakes: Fakes, chaining: str, sent: list[dict[str, Any]], first_id: str) -> None:
+def check_run(agent: str, fakes: Fakes, chaining: str, sent: list[dict[str, Any]], first_id: str) -> None:
     """The fake got the tool's output answering its call, and the SDK sent what `chaining` says: chained, the
     second request holds only the tool's output, so the fake's whole conversation came from the gateway's
     stored history."""
+    kind = AGENTS[agent][0]
     answered, text = tool_output_sent(kind, fakes)
     assert (answered, text) == (CALLED[kind], "sunny in Paris")
     assert len(sent) == 2, sent
@@ -94,12 +105,12 @@ def check_run(kind: str, fakes: Fakes, chaining: str, sent: list[dict[str, Any]]
 
 
 @pytest.mark.parametrize("chaining", list(CHAINING))
-@pytest.mark.parametrize("kind", AGENT_KINDS)
-async def test_agent_runs_a_function_tool(gateway: GatewayServer, fakes: Fakes, kind: str, chaining: str) -> None:
+@pytest.mark.parametrize("agent", list(AGENTS))
+async def test_agent_runs_a_function_tool(gateway: GatewayServer, fakes: Fakes, agent: str, chaining: str) -> None:
     calls: list[str] = []
     sent: list[dict[str, Any]] = []
     result = await Runner.run(
-        weather_agent(gateway, kind, calls, sent),
+        weather_agent(gateway, agent, calls, sent),
         "What is the weather in Paris?",
         run_config=RunConfig(tracing_disabled=True),
         max_turns=4,
@@ -108,7 +119,7 @@ async def test_agent_runs_a_function_tool(gateway: GatewayServer, fakes: Fakes, 
     assert calls == ["Paris"]
     assert result.final_output == "tool said: sunny in Paris"
     assert result.raw_responses[0].response_id is not None
-    check_run(kind, fakes, chaining, sent, result.raw_responses[0].response_id)
+    check_run(agent, fakes, chaining, sent, result.raw_responses[0].response_id)
     kinds = [item.type for item in result.new_items]
     assert kinds == ["tool_call_item", "tool_call_output_item", "message_output_item"], kinds
     assert len(result.raw_responses) == 2
@@ -118,14 +129,14 @@ async def test_agent_runs_a_function_tool(gateway: GatewayServer, fakes: Fakes, 
 
 
 @pytest.mark.parametrize("chaining", list(CHAINING))
-@pytest.mark.parametrize("kind", AGENT_KINDS)
+@pytest.mark.parametrize("agent", list(AGENTS))
 async def test_agent_runs_a_function_tool_streamed(
-    gateway: GatewayServer, fakes: Fakes, kind: str, chaining: str
+    gateway: GatewayServer, fakes: Fakes, agent: str, chaining: str
 ) -> None:
     calls: list[str] = []
     sent: list[dict[str, Any]] = []
     result = Runner.run_streamed(
-        weather_agent(gateway, kind, calls, sent),
+        weather_agent(gateway, agent, calls, sent),
         "What is the weather in Paris?",
         run_config=RunConfig(tracing_disabled=True),
         max_turns=4,
@@ -139,6 +150,6 @@ async def test_agent_runs_a_function_tool_streamed(
     assert result.final_output == "tool said: sunny in Paris"
     kinds = [e["type"] for e in raw]
     assert kinds.count("response.created") == 2 and kinds.count("response.completed") == 2, kinds
-    check_run(kind, fakes, chaining, sent, raw[0]["response"]["id"])
+    check_run(agent, fakes, chaining, sent, raw[0]["response"]["id"])
     for one in raw:
         check_event(one)

@@ -83,6 +83,8 @@ ROWS: dict[str, dict[str, str | None]] = {
         "gemini": "gemini-tool",
         "bedrock": _BR.format("tool"),
     },
+    # a thinking model's call, signed: the signature must come back with the call in the next turn
+    "signed-tool": {"gemini": "gemini-tool-sig"},
     # two calls in one answer (two tools offered)
     "parallel": {
         "anthropic": "claude-tool-parallel-1",
