@@ -10,8 +10,9 @@ lease; the last one writes the finished row (status, response, history, cost) in
 
 - Cancelled (`POST .../cancel` marks the row): the next append finds it so and the run stops; closing the
   stream settles what was produced, and that cost is recorded on the row.
-- Refused for a rate or concurrency limit, or an outage (429, 503), before anything ran: queued again after
-  the wait the error names (else a backoff), up to five attempts; any other refusal fails it, uncharged.
+- Refused by the gateway itself for a rate or concurrency limit, or an outage (429, 503), before any upstream
+  call: queued again after the wait the error names (else a backoff), up to five attempts. Any other
+  refusal, and an upstream's error on every deployment, fails it, uncharged.
 - Its replica stops (shutdown): the run fails at once, charged for what it produced, and says so.
 - Its replica died: the lease lapses and another replica claims the row. Nothing was streamed yet (no
   event stored): it runs again from the start. Else it fails (`response.failed` appended): what the caller
@@ -45,7 +46,7 @@ log = logging.getLogger("inferplex.responses")
 FINAL = ("response.completed", "response.incomplete", "response.failed")
 FLUSH_EVENTS = 64  # at most this many events wait for one append
 FLUSH_S = 0.05  # nor longer than this, while events keep coming
-RETRIED = (429, 503)  # a limit or an outage before the run started: queued again, not failed
+RETRIED = (429, 503)  # the gateway's limit or outage before any upstream call: queued again, not failed
 MAX_ATTEMPTS = 5
 
 
@@ -145,7 +146,7 @@ class Background:
                                                 created_at=row.created_at)  # fmt: skip
             events = await self.service.open_stream(ctx, prepared, store=None, queued=True)
         except GatewayError as err:
-            if err.status in RETRIED and row.attempts < MAX_ATTEMPTS:
+            if err.status in RETRIED and not ctx.attempts and row.attempts < MAX_ATTEMPTS:  # the gateway's own
                 await self._later(row, token, err)
             else:
                 await self._failed_early(row, token, ctx, err)
