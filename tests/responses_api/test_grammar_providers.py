@@ -118,14 +118,7 @@ def test_buffered_fits_openais_response_schema(gateway: GatewayServer, kind: str
     assert response["id"].startswith("resp_") and response["object"] == "response"
 
 
-# found by this test, reported: the native relay's `response.failed` says `error.code: "upstream_error"`, a code
-# outside OpenAI's ResponseErrorCode enum (responses_api/native.py, NativeStream.relay)
-NATIVE_CODE = pytest.mark.xfail(reason="native relay: error.code outside OpenAI's enum (reported)", strict=False)
-
-
-@pytest.mark.parametrize(
-    "kind", [pytest.param(k, marks=NATIVE_CODE) if k == "native" else k for k in kinds("midstream")]
-)
+@pytest.mark.parametrize("kind", kinds("midstream"))
 def test_upstream_failing_midstream_ends_with_response_failed(gateway: GatewayServer, kind: str) -> None:
     events = streamed(gateway, {"model": model(kind, "midstream"), "input": "tell me"})
     final = check_stream(events)
