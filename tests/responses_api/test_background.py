@@ -71,3 +71,27 @@ def test_a_stopping_gateway_fails_its_runs_charged_for_what_they_produced(
 @pytest.fixture(autouse=True)
 def _quiet_fake_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("CRITICAL", logger="aiohttp.server")  # the fake notices the gateway hanging up
+
+
+def test_a_run_over_its_key_s_rate_limit_waits_queued(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    """The gateway's own 429 before any upstream call queues the run again after the wait it names, instead
+    of failing it: with `rpm: 1`, the second run waits for the next minute."""
+    config = billing_config(fake_openai, tmp_path, responses={"tick_s": 0.1})
+    with GatewayServer(config) as gateway:
+        admin = Admin(gateway.url, gateway.master_key)
+        key = admin.create_key(scopes=["chat"], credits_micros=10**6, rpm=1)["key"]
+        admin.close()
+        with openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0) as client:
+            first = client.responses.create(model="echo-model", input="first", background=True)
+            second = client.responses.create(model="echo-model", input="second", background=True)
+            deadline = time.monotonic() + 10
+            while (row := _read(config["storage"]["database_url"], second.id)) is None or row.attempts < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.5)
+            ran = {r.id: r for r in (_read(config["storage"]["database_url"], i) for i in (first.id, second.id)) if r}
+        statuses = sorted(r.status for r in ran.values())
+        assert statuses == ["completed", "queued"], statuses
+        waiting = next(r for r in ran.values() if r.status == "queued")
+        assert waiting.next_run_at is not None and waiting.next_run_at > time.time() + 1
+        assert waiting.claimed_by is None and waiting.attempts == 1
