@@ -106,16 +106,27 @@ def test_stream_fits_openais_schema_and_grammar(gateway: GatewayServer, kind: st
     final = check_stream(events)
     expect(kind, behaviour, final)
     assert final["model"] == model(kind, behaviour)
+    stored = httpx.get(f"{gateway.base_url}/responses/{final['id']}", headers=gateway.auth, timeout=60)
+    assert stored.json() == final, "the stored response is not the one the stream ended with"
 
 
 @pytest.mark.parametrize(("kind", "behaviour"), CASES)
 def test_buffered_fits_openais_response_schema(gateway: GatewayServer, kind: str, behaviour: str) -> None:
-    r = post(gateway, body_for(kind, behaviour))
+    """The answer, the stored response read back, and its input items, each against OpenAI's schema."""
+    body = body_for(kind, behaviour)
+    r = post(gateway, body)
     assert r.status_code == 200, r.text
     response = r.json()
     check_response(response)
     expect(kind, behaviour, response)
     assert response["id"].startswith("resp_") and response["object"] == "response"
+    url = f"{gateway.base_url}/responses/{response['id']}"
+    stored = httpx.get(url, headers=gateway.auth, timeout=60).json()
+    check_response(stored)
+    assert stored == response
+    items = httpx.get(url + "/input_items", headers=gateway.auth, timeout=60).json()
+    check("ResponseItemList", items)
+    assert [item["content"] for item in items["data"]] == [[{"type": "input_text", "text": body["input"]}]]
 
 
 @pytest.mark.parametrize("kind", kinds("midstream"))
