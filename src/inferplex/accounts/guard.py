@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -242,20 +243,29 @@ class AccountGuard:
         settled costs nothing twice), under the account's row lock. A usage row is logged (`usage`: model,
         provider, deployment, status, tags...). Raises when the database cannot be reached: the caller tries
         again later."""
-        if held.account_id is not None and held.reserved:
-            actual = cost or 0
-            note = "released: job failed or cancelled" if cost is None else "settled: job completed"
-            move = {"account_id": held.account_id, "amount": held.reserved - actual, "request_id": held.request_id,
-                    "key_id": held.key_id, "note": note, "if_reserved": True, "hold": -held.reserved,
-                    "spend": actual}  # fmt: skip
-            await self.ledger.replay([move])
-        row: dict[str, Any] = {
-            "request_id": held.request_id, "created_at": time.time(), "key_id": held.key_id,
-            "account_id": held.account_id, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
-            "estimated": 0, "cost_micros": cost or 0, "total_ms": 0.0, "upstream_ms": 0.0, "ttft_ms": None,
-            "queued_ms": 0.0, "tags": [], "end_user": None, "request_body": None, "response_body": None,
-        }  # fmt: skip
-        self.usage.record({**row, **usage})
+        await self.settle_deferred_many([(held, cost, usage)])
+
+    async def settle_deferred_many(self, items: Sequence[tuple[Deferred, int | None, dict[str, Any]]]) -> None:
+        """`settle_deferred` for several reservations in one ledger transaction (batch lines that ended
+        together: batches/worker.py)."""
+        moves = []
+        for held, cost, _ in items:
+            if held.account_id is not None and held.reserved:
+                actual = cost or 0
+                note = "released: job failed or cancelled" if cost is None else "settled: job completed"
+                moves.append({"account_id": held.account_id, "amount": held.reserved - actual,
+                              "request_id": held.request_id, "key_id": held.key_id, "note": note,
+                              "if_reserved": True, "hold": -held.reserved, "spend": actual})  # fmt: skip
+        if moves:
+            await self.ledger.replay(moves)
+        for held, cost, usage in items:
+            row: dict[str, Any] = {
+                "request_id": held.request_id, "created_at": time.time(), "key_id": held.key_id,
+                "account_id": held.account_id, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
+                "estimated": 0, "cost_micros": cost or 0, "total_ms": 0.0, "upstream_ms": 0.0, "ttft_ms": None,
+                "queued_ms": 0.0, "tags": [], "end_user": None, "request_body": None, "response_body": None,
+            }  # fmt: skip
+            self.usage.record({**row, **usage})
 
     async def _release(self, held: list[_Held]) -> None:
         for h in held:

@@ -8,16 +8,18 @@ makes the same statements serial. Each claim gives the line a new `attempt` and 
 later write of that run is fenced by both (`WHERE claimed_by = token AND attempt = n`): a worker whose lease
 lapsed writes nothing, and the line's result is the next claimant's. So each line ends exactly once.
 
-A line's end is written in one transaction with its batch's counts and cost: the row's counts are always
-the lines' (`Counts`), whichever worker wrote them.
+A line's end writes its own row only. An open batch's counts and cost are read from its lines when it is
+read (`_live`), and written into its row once, when it ends: were each line's end to bump the batch row, every
+line of a batch would queue on that one row's lock, one commit at a time.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import (
@@ -139,6 +141,20 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class Ended:
+    """A line's end to write (`BatchRows.end_many`): `result` is the JSON text of its body or error."""
+
+    line: Claimed
+    token: str
+    outcome: str
+    status_code: int
+    result: str
+    cost: int
+    reserved: int
+    settled: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Unsettled:
     """A succeeded line whose held reservation has not been settled yet."""
 
@@ -154,7 +170,8 @@ def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def batch_of(row: Any) -> BatchRow:
+def batch_of(row: Any, live: tuple[Counts, int] | None = None) -> BatchRow:
+    """The row as a `BatchRow`; `live`: the counts and cost read from an open batch's lines (`_live`)."""
     m = row._mapping
     batch = Batch(
         id=m["id"], dialect=m["dialect"], owner=m["owner"], endpoint=m["endpoint"],
@@ -171,6 +188,8 @@ def batch_of(row: Any) -> BatchRow:
                       (m["expired_at"] if m["status"] == "expired" else None)),
         cost_micros=int(m["cost_micros"]),
     )  # fmt: skip
+    if live is not None:
+        batch = replace(batch, counts=replace(live[0], total=batch.counts.total), cost_micros=live[1])
     scopes = frozenset(m["scopes"].split()) if m["scopes"] is not None else None
     return BatchRow(batch, m["account_id"], m["key_id"], scopes, m["deleted_at"] is not None)
 
@@ -185,6 +204,44 @@ def result_of(row: Any) -> LineResult:
         body=None if never_run else result, error=result if never_run else None, request_id=m["request_id"],
         cost_micros=int(m["cost_micros"]),
     )  # fmt: skip
+
+
+def _live(conn: Connection, rows: Sequence[Any]) -> list[BatchRow]:
+    """The rows as `BatchRow`s, an open batch's counts and cost read from its lines (an ended batch's were
+    written when it ended): a line's end then writes its own row only, never the batch's, which every line
+    would otherwise wait on (one hot row, one commit at a time)."""
+    open_ids = [r._mapping["id"] for r in rows if r._mapping["status"] in OPEN]
+    found: dict[str, dict[str, int]] = {i: {} for i in open_ids}
+    if open_ids:
+        query = (
+            select(L.batch_id, L.status, func.count(), func.coalesce(func.sum(L.cost_micros), 0))
+            .where(L.batch_id.in_(open_ids))
+            .group_by(L.batch_id, L.status)
+        )
+        for batch_id, status, n, cost in conn.execute(query):
+            found[batch_id][status] = int(n)
+            found[batch_id]["cost"] = found[batch_id].get("cost", 0) + int(cost)
+    out = []
+    for r in rows:
+        by = found.get(r._mapping["id"])
+        counts = None if by is None else Counts(0, *(by.get(status, 0) for status in COUNTED))
+        out.append(batch_of(r, None if by is None or counts is None else (counts, by.get("cost", 0))))
+    return out
+
+
+def counted(conn: Connection, batch_id: str) -> dict[str, int]:
+    """The final counts and cost of a batch from its lines, for its row when it ends."""
+    query = (
+        select(L.status, func.count(), func.coalesce(func.sum(L.cost_micros), 0))
+        .where(L.batch_id == batch_id)
+        .group_by(L.status)
+    )
+    values = {column: 0 for column in COUNTED.values()} | {"cost_micros": 0}
+    for status, n, cost in conn.execute(query):
+        if status in COUNTED:
+            values[COUNTED[status]] = int(n)
+        values["cost_micros"] += int(cost)
+    return values
 
 
 class BatchRows:
@@ -213,8 +270,12 @@ class BatchRows:
         query = select(batches).where(B.id == batch_id, B.deleted_at.is_(None))
         if owner is not None:
             query = query.where(B.owner == owner)
-        row = await self.db.read(lambda conn: conn.execute(query).first())
-        return None if row is None else batch_of(row)
+
+        def run(conn: Connection) -> BatchRow | None:
+            row = conn.execute(query).first()
+            return None if row is None else _live(conn, [row])[0]
+
+        return await self.db.read(run)
 
     async def page(
         self, owner: str, dialect: str, after: str | None, before: str | None, limit: int
@@ -236,7 +297,7 @@ class BatchRows:
                 else:
                     query = query.where(or_(B.created_at > at, and_(B.created_at == at, B.id > at_id)))
                     keys = (B.created_at.asc(), B.id.asc())
-            rows = [batch_of(r) for r in conn.execute(query.order_by(*keys).limit(limit + 1))]
+            rows = _live(conn, conn.execute(query.order_by(*keys).limit(limit + 1)).all())
             found, more = rows[:limit], len(rows) > limit
             if before is not None:
                 found.reverse()
@@ -300,38 +361,34 @@ class BatchRows:
         values = {"status": "pending", "claimed_by": None, "claimed_until": at}
         return bool(await self.db.write(lambda conn: conn.execute(statement.values(values)).rowcount))
 
-    async def end(
-        self,
-        line: Claimed,
-        token: str,
-        outcome: str,
-        status_code: int,
-        result: dict[str, Any],
-        cost: int,
-        reserved: int,
-        now: float,
-        *,
-        settled: bool,
-    ) -> bool:
-        """Write the line's end (its result, cost and the reservation it still holds) and count it in its batch,
-        in one transaction, if `token` still holds this attempt; False if it does not (nothing written)."""
-        values = {"status": outcome, "status_code": status_code, "result": json.dumps(result, separators=(",", ":")),
-                  "cost_micros": cost, "reserved_micros": reserved, "settled": settled,
-                  "ended_at": now}  # fmt: skip
-        column = COUNTED[outcome]
+    async def end_many(self, ends: Sequence[Ended]) -> list[bool]:
+        """Write each line's end (its result, cost and the reservation it still holds) if its worker still holds
+        that attempt (else nothing is written for it: False), all in one transaction: the lines that end
+        together share a commit (batches/worker.py queues them through a `Batcher`)."""
+        now = time.time()
 
-        def run(conn: Connection) -> bool:
-            if not conn.execute(update(batch_lines).where(self._fence(line, token)).values(values)).rowcount:
-                return False
-            bump = {column: B[column] + 1, "cost_micros": B.cost_micros + cost}
-            conn.execute(update(batches).where(B.id == line.batch_id).values(bump))
-            return True
+        def run(conn: Connection) -> list[bool]:
+            written = []
+            for e in ends:
+                values = {"status": e.outcome, "status_code": e.status_code, "result": e.result,
+                          "cost_micros": e.cost, "reserved_micros": e.reserved, "settled": e.settled,
+                          "ended_at": now}  # fmt: skip
+                statement = update(batch_lines).where(self._fence(e.line, e.token)).values(values)
+                written.append(bool(conn.execute(statement).rowcount))
+            return written
 
         return await self.db.write(run)
 
-    async def mark_settled(self, batch_id: str, line_no: int) -> None:
-        statement = update(batch_lines).where(L.batch_id == batch_id, L.line_no == line_no)
-        await self.db.write(lambda conn: conn.execute(statement.values(settled=True)))
+    async def mark_settled(self, keys: Sequence[tuple[str, int]]) -> list[None]:
+        """Mark lines ((batch id, line no)) settled, in one transaction."""
+
+        def run(conn: Connection) -> list[None]:
+            for batch_id, line_no in keys:
+                where = (L.batch_id == batch_id, L.line_no == line_no)
+                conn.execute(update(batch_lines).where(*where).values(settled=True))
+            return [None] * len(keys)
+
+        return await self.db.write(run)
 
     async def unsettled(self, now: float, limit: int) -> list[tuple[Unsettled, BatchRow]]:
         """Succeeded lines not settled whose lease has lapsed (their worker died between writing the result and
@@ -372,10 +429,7 @@ class BatchRows:
                            else "This request could not be executed before the completion window expired.")  # fmt: skip
                 error = json.dumps({"code": code, "message": message})
                 ended = update(batch_lines).where(L.batch_id == batch_id, L.status == "pending")
-                n = conn.execute(ended.values(status=outcome, result=error, settled=True, ended_at=now)).rowcount
-                if n:
-                    column = COUNTED[outcome]
-                    conn.execute(update(batches).where(B.id == batch_id).values({column: B[column] + n}))
+                conn.execute(ended.values(status=outcome, result=error, settled=True, ended_at=now))
             live = select(L.batch_id).where(L.status.in_(LIVE)).distinct()
             free = or_(B.claimed_until.is_(None), B.claimed_until < now)
             ready = select(B.id).where(B.status.in_(OPEN), free, B.deleted_at.is_(None), B.id.not_in(live))
@@ -396,15 +450,19 @@ class BatchRows:
             if row._mapping["status"] == "in_progress" and row._mapping["expired_at"] is None:
                 values |= {"status": "finalizing", "finalizing_at": now}
             conn.execute(update(batches).where(B.id == batch_id).values(values))
-            return batch_of(conn.execute(select(batches).where(B.id == batch_id)).one())
+            return _live(conn, [conn.execute(select(batches).where(B.id == batch_id)).one()])[0]
 
         return await self.db.write(run)
 
     async def finished(self, batch_id: str, token: str, values: dict[str, Any]) -> bool:
         """The batch's final status and files, if `token` still holds it."""
         statement = update(batches).where(B.id == batch_id, B.claimed_by == token, B.status.in_(OPEN))
-        values = {**values, "claimed_by": None, "claimed_until": None}
-        return bool(await self.db.write(lambda conn: conn.execute(statement.values(values)).rowcount))
+
+        def run(conn: Connection) -> bool:
+            final = {**values, **counted(conn, batch_id), "claimed_by": None, "claimed_until": None}
+            return bool(conn.execute(statement.values(final)).rowcount)
+
+        return await self.db.write(run)
 
     async def results(self, batch_id: str, after: int, limit: int) -> list[LineResult]:
         """The lines after line `after`, in order, `limit` of them."""

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import time
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from inferplex.accounts.guard import AccountGuard, Deferred
@@ -33,8 +36,9 @@ from inferplex.auth import Authenticator
 from inferplex.batches.deferring import Held, LineGuard
 from inferplex.batches.lines import files_of
 from inferplex.batches.model import LineResult
-from inferplex.batches.rows import BatchRow, BatchRows, Claimed, Unsettled
+from inferplex.batches.rows import BatchRow, BatchRows, Claimed, Ended, Unsettled
 from inferplex.batches.runners import RUNNERS, Env
+from inferplex.batching import Batcher
 from inferplex.config import BatchesConfig
 from inferplex.context import Context
 from inferplex.errors import GatewayError, InternalError
@@ -46,6 +50,26 @@ from inferplex.store.backend import unreachable
 log = logging.getLogger("inferplex.batches")
 
 _PAGE = 1000  # lines read per query when a batch's files are written
+
+
+@dataclass(frozen=True, slots=True)
+class Settling:
+    """A succeeded line's charge to settle, once its end is written."""
+
+    line: Claimed
+    deferred: Deferred
+    cost: int
+    usage: dict[str, Any]
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _settled(settling: Settling, _: None, error: BaseException | None) -> None:
+    if error is not None and not isinstance(error, asyncio.CancelledError):
+        line = settling.line
+        log.warning("batch %s line %d: not settled yet (%s); settled later", line.batch_id, line.line_no, error)
 
 
 def retryable(err: GatewayError) -> bool:
@@ -91,6 +115,9 @@ class BatchWorker:
         self._batches: dict[str, BatchRow] = {}
         self._wake = asyncio.Event()
         self._next_start = 0.0
+        self._chores_at = -1e9
+        self._ends: Batcher[Ended, bool] = Batcher(rows.end_many)  # lines ending together share a commit
+        self._settles: Batcher[Settling, None] = Batcher(self._settle_many)
         self._task: asyncio.Task[None] | None = None
         self._renewer: asyncio.Task[None] | None = None
         self._closing = False
@@ -113,12 +140,15 @@ class BatchWorker:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        for batcher in (self._ends, self._settles):
+            with contextlib.suppress(Exception):
+                await batcher.aclose()
 
     async def _forever(self) -> None:
         while not self._closing:
             self._wake.clear()
             try:
-                await self.tick()
+                await self.tick(chores=time.monotonic() - self._chores_at >= self.config.tick_s)
             except Exception as exc:
                 if self._closing:
                     return
@@ -137,17 +167,20 @@ class BatchWorker:
                 with contextlib.suppress(Exception):
                     await self.rows.renew(self.token, time.time() + lease)
 
-    async def tick(self) -> int:
-        """One look: leftovers settled, batches wound up, lines claimed and started; how many were claimed."""
+    async def tick(self, *, chores: bool = True) -> int:
+        """One look: leftovers settled and batches wound up (`chores`: at most once per `tick_s`, not each time
+        a line ends), lines claimed and started; how many were claimed."""
         now = time.time()
-        for left, batch in await self.rows.unsettled(now, 200):
-            await self._settle_left(left, batch)
-        for batch_id in await self.rows.wind_up(now):
-            await self.finalize(batch_id)
+        if chores:
+            self._chores_at = time.monotonic()
+            self._batches.clear()  # the batch rows its lines read (owner, key, scopes), fresh once per chores
+            for left, batch in await self.rows.unsettled(now, 200):
+                await self._settle_left(left, batch)
+            for batch_id in await self.rows.wind_up(now):
+                await self.finalize(batch_id)
         room = self.config.concurrency - len(self.running)
         if room <= 0 or self._closing:
             return 0
-        self._batches.clear()
         claimed = await self.rows.claim(self.token, now, self.config.lease_s, room)
         for line in claimed:
             task = asyncio.get_running_loop().create_task(self._run(line), name=f"batch-line-{line.request_id}")
@@ -210,32 +243,34 @@ class BatchWorker:
         held = self.lines.take(ctx.request_id)
         if held is not None and held.deferred is not None:  # failed after pricing (a processor, say)
             await self._release(held.deferred)
-        now = time.time()
         if retryable(err) and line.attempt < self.config.max_attempts:
-            await self.rows.retry_later(line, self.token, now + (err.retry_after or self.config.tick_s))
+            await self.rows.retry_later(line, self.token, time.time() + (err.retry_after or self.config.tick_s))
             return
-        await self.rows.end(line, self.token, "errored", err.status, err.to_openai(), 0, 0, now, settled=True)
+        await self._end(Ended(line, self.token, "errored", err.status, _json(err.to_openai()), 0, 0, True))
+
+    async def _end(self, ended: Ended) -> bool:
+        return await self._ends.enqueue(ended, keep=True)
 
     async def _succeeded(
         self, line: Claimed, batch: BatchRow, ctx: Context, answer: dict[str, Any], held: Held
     ) -> None:
         deferred = held.deferred
         reserved = deferred.reserved if deferred is not None else 0
-        try:
-            written = await self.rows.end(
-                line, self.token, "succeeded", 200, answer, held.cost, reserved, time.time(), settled=deferred is None
-            )
-        except BaseException:
-            if deferred is not None:  # not known to be written: the orphan sweep releases it if it was not
-                log.warning("batch %s line %d: result not recorded", line.batch_id, line.line_no)
-            raise
-        if not written:  # another worker holds the line now (this one's lease lapsed): its run counts
+        ended = Ended(line, self.token, "succeeded", 200, _json(answer), held.cost, reserved, deferred is None)
+        if not await self._end(ended):  # another worker holds the line now (this one's lease lapsed): its run counts
             if deferred is not None:
                 await self._release(deferred)
             return
         if deferred is not None and self.guard is not None:
-            await self.guard.settle_deferred(deferred, held.cost, usage_row(batch, answer, ctx))
-            await self.rows.mark_settled(line.batch_id, line.line_no)
+            settling = Settling(line, deferred, held.cost, usage_row(batch, answer, ctx))
+            self._settles.post(settling, partial(_settled, settling))  # the line's slot is free once it ended
+
+    async def _settle_many(self, items: list[Settling]) -> list[None]:
+        """Settle lines that ended together in one ledger transaction, then mark them settled in one more. A
+        failure leaves them unsettled: the chores settle them once their lease has lapsed."""
+        assert self.guard is not None
+        await self.guard.settle_deferred_many([(s.deferred, s.cost, s.usage) for s in items])
+        return await self.rows.mark_settled([(s.line.batch_id, s.line.line_no) for s in items])
 
     async def _release(self, deferred: Deferred) -> None:
         if self.guard is None:
@@ -252,7 +287,7 @@ class BatchWorker:
         if self.guard is not None and line.reserved_micros:
             deferred = Deferred(batch.account_id, batch.key_id, line.reserved_micros, line.request_id)
             await self.guard.settle_deferred(deferred, line.cost_micros, usage_row(batch, line.result, None))
-        await self.rows.mark_settled(line.batch_id, line.line_no)
+        await self.rows.mark_settled([(line.batch_id, line.line_no)])
 
     # ---- finishing a batch -----------------------------------------------------------------------------
 
