@@ -4,12 +4,15 @@ A response is a chat request in another dress. The request (responses_api/wire.p
 `previous_response_id` (read from the caller's own stored row: another owner's id is a 404) become one chat
 body (`translate.to_chat`), which takes `Pipeline.chat` or `chat_stream`, so metering, limits, processors,
 routing and fallbacks are chat's exactly. The answer is dressed back as a `response` object
-(`translate.response_object`) or as the Responses stream grammar (`events.ResponseEvents`).
+(`translate.response_object`) or as the Responses stream grammar (`events.ResponseEvents`). Where every
+deployment of the model speaks Responses itself, the native pass-through answers instead (one call,
+`native.maybe_native`, before translating), and its answer is stored the same way.
 
 With `store` (the default) the row is written before the caller has the answer: the buffered body is
 returned, or `response.completed` sent, only after it is committed, so a follow-up on any replica finds the
 history at once. The row holds `history` = the previous history + this input + this output, so a chain of any
-length is one read. `store: false` keeps nothing.
+length is one read, and deleting a response in the middle of a chain breaks none of the later ones (the
+price: a chain's rows repeat its earlier turns). `store: false` keeps nothing.
 
 `background: true` inserts a queued row and answers it at once; responses_api/background.py runs it on
 whichever replica claims it, as the caller (`Authenticator.principal_for`), appending its events to
