@@ -274,3 +274,15 @@ def test_a_background_response_the_upstream_fails_ends_failed_and_uncharged(
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="echo-model", input="x", previous_response_id=queued.id)
     assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
+
+
+def test_deleting_a_response_mid_chain_breaks_none_of_the_later_ones(
+    client: openai.OpenAI, fake_openai: FakeOpenAI
+) -> None:
+    first = client.responses.create(model="echo-model", input="alpha")
+    second = client.responses.create(model="echo-model", input="beta", previous_response_id=first.id)
+    client.responses.delete(first.id)
+    third = client.responses.create(model="echo-model", input="gamma", previous_response_id=second.id)
+    assert third.output_text == "echo: gamma"
+    sent = fake_openai.state.last().body["messages"]
+    assert len(sent) == 5 and sent[0]["content"] in ("alpha", [{"type": "text", "text": "alpha"}])
