@@ -160,7 +160,10 @@ class Background:
         finally:
             await aclose_quietly(events)  # closes the stream: settled, for what was produced
         if not finished:  # cancelled: what it produced is charged, and recorded
-            await self.rows.fenced(row.id, token, {"cost_micros": ctx.cost_micros, "claimed_until": None}, active=False)
+            values = {"cost_micros": ctx.cost_micros, "claimed_until": None}
+            if not await self.rows.fenced(row.id, token, values, active=False):  # stalled past its lease
+                log.warning("background response %s lost its lease while running; charged %s micro-USD for what "
+                            "it produced", row.id, ctx.cost_micros)  # fmt: skip
 
     async def _later(self, row: StoredResponse, token: str, err: GatewayError) -> None:
         """A rate limit or an outage before anything ran: queued again, tried after its wait (or a backoff)."""
