@@ -16,8 +16,11 @@ from typing import Any
 
 import httpx
 
+from inferplex.accounts.wiring import AccountServices
 from inferplex.app import create_app
+from inferplex.batches.rows import BatchRows
 from inferplex.batches.service import Batch, BatchService
+from inferplex.batches.worker import BatchWorker
 from inferplex.config import parse_config
 from inferplex.context import Context
 from inferplex.services import Services
@@ -38,6 +41,8 @@ def batch_config(fake: FakeOpenAI, tmp: Path, database_url: str | None = None, *
          "pricing": {"input": "0", "output": "3"}},
         {"name": "paced", "deployments": [{"provider": "fake", "model": "sleep-20"}], "max_output": 100,
          "pricing": {"input": "0", "output": "3"}},
+        {"name": "slow", "deployments": [{"provider": "fake", "model": "sleep-1500"}], "max_output": 100,
+         "pricing": {"input": "0", "output": "3"}},
     ]  # fmt: skip
     config["server"]["master_key"] = "env:BATCHES_TEST_MASTER"
     config["batches"] = {"tick_s": 0.05, "concurrency": 8, "lease_s": 2, **batches}
@@ -48,6 +53,13 @@ def batch_config(fake: FakeOpenAI, tmp: Path, database_url: str | None = None, *
 class Running:
     services: Services
     admin: httpx.AsyncClient
+    accounts: AccountServices
+
+    def worker(self, **config: Any) -> BatchWorker:
+        """Another worker on the same database (not started: call `tick`, or `start` it)."""
+        a, s = self.accounts, self.services
+        settings = self.batches.config.model_copy(update=config)
+        return BatchWorker(BatchRows(a.db), s.pipeline, a.guard, a.auth, s.media, settings, s.responses)
 
     @property
     def batches(self) -> BatchService:
@@ -111,7 +123,7 @@ async def running(config: dict[str, Any]) -> AsyncIterator[Running]:
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {MASTER}"}
         async with httpx.AsyncClient(transport=transport, base_url="http://gateway", headers=headers) as admin:
-            yield Running(app.state.services, admin)
+            yield Running(app.state.services, admin, app.state.accounts)
 
 
 def chat_line(custom_id: str, model: str = "priced", text: str = "one two three", **body: Any) -> dict[str, Any]:
