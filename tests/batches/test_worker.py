@@ -209,3 +209,62 @@ async def test_pages_newest_first_with_cursors(fake_openai: FakeOpenAI, tmp_path
         assert [b.id for b in back] == newest[:2] and not more
         with pytest.raises(InvalidRequest):
             await gw.batches.page(ctx, "openai", after="batch_" + "0" * 32)
+
+
+async def test_a_responses_batch(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    async with running(batch_config(fake_openai, tmp_path)) as gw:
+        ctx, _ = await gw.key()
+        lines = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/responses",
+                  "body": {"model": "priced", "input": f"say {i}", "store": False}} for i in range(3)]  # fmt: skip
+        batch = await gw.batches.create(ctx, "openai", "/v1/responses", await gw.upload(ctx, lines))
+        done = await gw.wait(ctx, batch.id)
+        output = await gw.file(done.output_file_id)
+        assert done.counts.completed == 3, await gw.file(done.error_file_id)
+        for line in output:
+            body = line["response"]["body"]
+            assert body["object"] == "response" and body["status"] == "completed"
+            assert body["output"][0]["content"][0]["text"].startswith("echo: say")
+
+
+async def test_lines_a_limit_refuses_wait_and_run_later(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    """The key may run one request at a time and nothing queues (max_queue_wait_s 0): the worker's other lines
+    are refused with a 429 and go back to pending until its retry-after, then run; none fails."""
+    config = batch_config(fake_openai, tmp_path, concurrency=4, max_attempts=50)
+    config["accounts"] = {"max_queue_wait_s": 0}
+    async with running(config) as gw:
+        ctx, _ = await gw.key(max_concurrent=1)
+        lines = [chat_line(f"l{i}", model="paced") for i in range(6)]
+        batch = await gw.batches.create(ctx, "openai", "/v1/chat/completions", await gw.upload(ctx, lines))
+        done = await gw.wait(ctx, batch.id)
+        assert (done.counts.completed, done.counts.failed) == (6, 0)
+
+
+async def test_the_worker_starts_at_most_rate_per_s_lines(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    async with running(batch_config(fake_openai, tmp_path, rate_per_s=20)) as gw:
+        ctx, _ = await gw.key()
+        lines = [chat_line(f"l{i}") for i in range(21)]
+        batch = await gw.batches.create(ctx, "openai", "/v1/chat/completions", await gw.upload(ctx, lines))
+        began = asyncio.get_running_loop().time()
+        done = await gw.wait(ctx, batch.id)
+        assert done.counts.completed == 21
+        assert asyncio.get_running_loop().time() - began >= 0.95  # 21 starts, 50 ms apart
+
+
+async def test_a_key_revoked_since_fails_its_lines_and_pays_nothing(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    async with running(batch_config(fake_openai, tmp_path, worker=False)) as gw:
+        ctx, account = await gw.key()
+        batch = await gw.batches.create(
+            ctx, "openai", "/v1/chat/completions", await gw.upload(ctx, [chat_line("a"), chat_line("b")])
+        )
+        r = await gw.admin.post(f"/admin/keys/{ctx.principal.key_id}/revoke")
+        assert r.status_code == 200, r.text
+        worker = gw.worker()
+        for _ in range(3):
+            await worker.tick()
+            await asyncio.gather(*worker.running)
+        done = await gw.wait(ctx, batch.id)
+        assert (done.counts.completed, done.counts.failed) == (0, 2)
+        errors = await gw.file(done.error_file_id)
+        assert {e["response"]["status_code"] for e in errors} == {401}
+        assert (await gw.account(account))["balance_micros"] == 10_000_000
+        await worker.aclose()

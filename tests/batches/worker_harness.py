@@ -67,9 +67,10 @@ class Running:
         assert isinstance(service, BatchService)
         return service
 
-    async def key(self, credits: int = 10_000_000) -> tuple[Context, str]:
-        """A caller with an account holding `credits`: its context and its account id."""
-        r = await self.admin.post("/admin/keys", json={"name": "batches", "credits_micros": credits})
+    async def key(self, credits: int = 10_000_000, **body: Any) -> tuple[Context, str]:
+        """A caller with an account holding `credits` (and the key's other fields in `body`): its context and
+        its account id."""
+        r = await self.admin.post("/admin/keys", json={"name": "batches", "credits_micros": credits, **body})
         assert r.status_code == 201, r.text
         made = r.json()
         principal = await self.services.auth.principal_for(made["id"])
