@@ -6,7 +6,8 @@ CRC32s, `:event-type` / `:message-type` / `:exception-type` headers, JSON payloa
 `{"message": ...}` with `x-amzn-ErrorType`. The signature is recomputed with botocore from the secret key,
 so an unsigned, mis-signed or wrongly-scoped request is a 403 as it would be on AWS. It also rejects
 unknown fields, roles other than user/assistant, a first message that is not user, empty text blocks,
-`toolChoice` on a Llama model, and images given as anything but bytes.
+`toolChoice` on a Llama model, images given as anything but bytes, and toolResult blocks that do not answer
+the toolUse blocks of the turn before them.
 
 Behaviour by model id: `*tool*` calls the first tool (forced tool honoured; `*parallel*`: two); after a
 toolResult answers `tool said: <text>`; `*think*` adds reasoning; `*cache*` reports cache reads/writes;
@@ -114,6 +115,8 @@ def validate(model: str, body: Any) -> str | None:
                 "A conversation must alternate between user and assistant roles. Make sure the conversation "
                 "alternates between user and assistant roles and try again."
             )
+        if err := _unanswered_tool_uses(messages, i):
+            return err
         for block in m.get("content") or ():
             if not BLOCKS & set(block):
                 return f"messages.{i}.content: unknown content block"
@@ -126,6 +129,23 @@ def validate(model: str, body: Any) -> str | None:
             "This model doesn't support the toolConfig.toolChoice.any field. Remove toolConfig.toolChoice.any "
             "and try again."
         )
+    return None
+
+
+def _unanswered_tool_uses(messages: list[dict[str, Any]], i: int) -> str | None:
+    """Bedrock's 400 for toolResult blocks that do not answer the toolUse blocks of the turn before them."""
+    results = [b["toolResult"].get("toolUseId") for b in messages[i].get("content") or () if "toolResult" in b]
+    if not results:
+        return None
+    previous = messages[i - 1].get("content") or () if i else ()
+    uses = [b["toolUse"].get("toolUseId") for b in previous if "toolUse" in b]
+    if len(results) > len(uses):
+        return (
+            f"The number of toolResult blocks at messages.{i}.content exceeds the number of toolUse blocks of "
+            "previous turn."
+        )
+    if sorted(results) != sorted(uses):
+        return f"Expected toolResult blocks at messages.{i}.content for the following Ids: {', '.join(uses)}"
     return None
 
 

@@ -4,7 +4,8 @@ Shapes follow Google's REST reference and the `google-genai` SDK types: Generate
 (`candidates[].content.parts`, `finishReason`, `usageMetadata`, `promptFeedback`), streamGenerateContent
 with `alt=sse` (one `data:` JSON per event, `\\r\\n` line ends, no terminator), and error bodies
 `{"error": {"code", "message", "status"}}`. It rejects a missing or wrong `x-goog-api-key`, unknown fields
-(proto JSON parsing: `Unknown name "x"`), roles other than user/model, empty parts, lower-case schema types.
+(proto JSON parsing: `Unknown name "x"`), roles other than user/model, empty parts, lower-case schema types,
+and function responses that do not answer the calls of the turn right before them.
 
 Behaviour by model name: `*echo*` echoes the last user text; `*tool*` calls the first allowed function
 (`*parallel*`: two); `*safety*` stops with SAFETY; `*blocked*` blocks the prompt; `*think*` adds a thought
@@ -137,6 +138,8 @@ def validate(body: Any) -> str | None:
                     f"* GenerateContentRequest.contents[{i}].parts: required oneof field 'data' must have one "
                     "initialized field"
                 )
+    if err := _unanswered_calls(contents):
+        return err
     for key in body.get("generationConfig") or {}:
         if key not in GEN:
             return f"Invalid JSON payload received. Unknown name \"{key}\" at 'generation_config': Cannot find field."
@@ -151,6 +154,23 @@ def validate(body: Any) -> str | None:
     mode = ((body.get("toolConfig") or {}).get("functionCallingConfig") or {}).get("mode")
     if mode is not None and mode not in ("AUTO", "ANY", "NONE", "VALIDATED"):
         return f"Invalid value at 'tool_config.function_calling_config.mode', \"{mode}\""
+    return None
+
+
+def _unanswered_calls(contents: list[dict[str, Any]]) -> str | None:
+    """Gemini's 400s for function responses that do not answer the calls of the turn right before them."""
+    for i, c in enumerate(contents):
+        responses = [p for p in c["parts"] if "functionResponse" in p]
+        if not responses:
+            continue
+        calls = [p for p in contents[i - 1]["parts"] if "functionCall" in p] if i else []
+        if not calls:
+            return "Please ensure that function response turn comes immediately after a function call turn."
+        if len(calls) != len(responses):
+            return (
+                "Please ensure that the number of function response parts is equal to the number of function "
+                "call parts of the function call turn."
+            )
     return None
 
 
