@@ -6,10 +6,11 @@ Each request's `params` is a `/v1/messages` request: it is validated with the sa
 when the batch is created (a bad one is a 400 naming `requests[<i>].params.<field>`, the whole batch refused,
 before anything is reserved) and translated as `/v1/messages` translates it; the worker then runs it on the
 chat pipeline like any chat line, against whichever provider serves its model. A line's canonical body is
-`to_canonical`'s full request (Anthropic's own details kept for an Anthropic upstream); `line_request` is how
-a runner turns it into the request `/v1/messages` would have run, so an OpenAI-compatible upstream is sent
-it without them. The results are rendered with the dialect's own message rendering (`to_message`), and every
-failure, of a route or of a line, in Anthropic's error shape.
+`to_canonical`'s full request (Anthropic's own details kept for an Anthropic upstream); `line_request` turns
+it into the request `/v1/messages` would have run, whose wire an OpenAI-compatible upstream is sent without
+them. (batches/runners.py's chat runner does not call it yet: it forwards such a body as it is.) The results
+are rendered with the dialect's own message rendering (`to_message`), and every failure, of a route or of a
+line, in Anthropic's error shape.
 
 Batches of this dialect have `msgbatch_` ids and are not seen by OpenAI's `/v1/batches` (nor the other way
 round). The counts are live (`processing` falls as lines end) where Anthropic reports them at the end only.
