@@ -172,3 +172,48 @@ async def test_two_workers_share_a_batch_each_line_once(
         settled, balance = await books(gw, account)
         assert {r: settled[r] for r in paid} == dict.fromkeys(paid, 1)
         assert balance == 10_000_000 - sum(paid.values())
+
+
+async def test_a_stopping_worker_gives_its_lines_back_at_once(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    async with running(batch_config(fake_openai, tmp_path, worker=False, lease_s=60)) as gw:
+        ctx, account = await gw.key()
+        one, two = gw.worker(), gw.worker()
+        lines = [chat_line("a", model="slow"), chat_line("b", model="slow")]
+        batch = await gw.batches.create(ctx, "openai", "/v1/chat/completions", await gw.upload(ctx, lines))
+        assert await one.tick() == 2
+        await asyncio.sleep(0.2)  # both calls at the upstream
+        await one.aclose()
+        assert await two.tick() == 2  # at once, not after the 60 s lease
+        await asyncio.gather(*two.running)
+        await two.tick()
+        done = await gw.wait(ctx, batch.id)
+        assert done.counts.completed == 2
+        paid = await costs(gw, done.output_file_id)
+        settled, balance = await books(gw, account)
+        assert {r: settled[r] for r in paid} == dict.fromkeys(paid, 1)
+        assert balance == 10_000_000 - sum(paid.values())  # the cancelled calls released their reservations
+        await two.aclose()
+
+
+async def test_a_line_cut_max_attempts_times_ends_errored(fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+    """A line whose worker dies on it each time (here: stalls past its lease) is not run forever."""
+    async with running(batch_config(fake_openai, tmp_path, worker=False, lease_s=0.5, max_attempts=1)) as gw:
+        ctx, account = await gw.key()
+        one, two = gw.worker(), gw.worker()
+        batch = await gw.batches.create(
+            ctx, "openai", "/v1/chat/completions", await gw.upload(ctx, [chat_line("poison", model="slow")])
+        )
+        assert await one.tick() == 1
+        await asyncio.sleep(0.6)
+        assert await two.tick() == 0  # not claimed again: ended
+        await asyncio.gather(*one.running)  # its end is fenced out, its reservation released
+        await two.tick()
+        done = await gw.wait(ctx, batch.id)
+        assert (done.counts.completed, done.counts.failed) == (0, 1)
+        (error,) = await gw.file(done.error_file_id)
+        assert error["response"]["status_code"] == 500
+        assert error["response"]["body"]["error"]["code"] == "batch_line_interrupted"
+        settled, balance = await books(gw, account)
+        assert balance == 10_000_000 and set(settled.values()) == {1}
+        await one.aclose()
+        await two.aclose()

@@ -344,6 +344,13 @@ class BatchRows:
 
         return await self.db.write(run)
 
+    async def give_back(self, token: str) -> None:
+        """Make the lines `token` was running claimable at once (its worker is stopping: they run again
+        elsewhere without waiting for their leases to lapse)."""
+        statement = update(batch_lines).where(L.claimed_by == token, L.status == "running")
+        values = {"status": "pending", "claimed_by": None, "claimed_until": None}
+        await self.db.write(lambda conn: conn.execute(statement.values(values)))
+
     async def renew(self, token: str, until: float) -> None:
         """Extend the leases of every line `token` is running."""
         statement = update(batch_lines).where(L.claimed_by == token, L.status == "running")
@@ -410,12 +417,18 @@ class BatchRows:
 
         return await self.db.read(run)
 
-    async def wind_up(self, now: float) -> list[str]:
+    async def wind_up(self, now: float, max_attempts: int) -> list[str]:
         """End the lines that will never run: every pending line of a cancelling batch (`cancelled`) and of a
-        batch past its window (`expired`: the window is over, the batch is marked so). Returns the ids of the
-        open batches with no line pending or running: ready to be finalized into files."""
+        batch past its window (`expired`: the window is over, the batch is marked so), and a line whose runs
+        were cut `max_attempts` times (its worker died each time: `errored`, rather than kill the next one).
+        Returns the ids of the open batches with no line pending or running: ready to be finalized."""
 
         def run(conn: Connection) -> list[str]:
+            cut = {"error": {"message": f"The request was interrupted {max_attempts} times; it is not run again.",
+                             "type": "api_error", "param": None, "code": "batch_line_interrupted"}}  # fmt: skip
+            stuck = update(batch_lines).where(L.status == "running", L.claimed_until < now, L.attempt >= max_attempts)
+            conn.execute(stuck.values(status="errored", status_code=500, result=json.dumps(cut), settled=True,
+                                      ended_at=now))  # fmt: skip
             late = select(B.id).where(B.status == "in_progress", B.expires_at < now, B.expired_at.is_(None))
             for (batch_id,) in conn.execute(late).all():
                 conn.execute(update(batches).where(B.id == batch_id).values(expired_at=now))

@@ -132,7 +132,9 @@ class BatchWorker:
         self._wake.set()
 
     async def aclose(self) -> None:
-        """Stop claiming and cancel the lines in flight: their leases lapse and another worker runs them again."""
+        """Stop claiming, cancel the lines in flight (a call cancelled before it was priced releases its
+        reservation) and give them back, so another worker runs them again at once; what ended is written
+        and settled first."""
         self._closing = True
         tasks = [t for t in (self._task, self._renewer, *self.running) if t is not None]
         for task in tasks:
@@ -143,6 +145,8 @@ class BatchWorker:
         for batcher in (self._ends, self._settles):
             with contextlib.suppress(Exception):
                 await batcher.aclose()
+        with contextlib.suppress(Exception):  # else their leases lapse
+            await self.rows.give_back(self.token)
 
     async def _forever(self) -> None:
         while not self._closing:
@@ -176,7 +180,7 @@ class BatchWorker:
             self._batches.clear()  # the batch rows its lines read (owner, key, scopes), fresh once per chores
             for left, batch in await self.rows.unsettled(now, 200):
                 await self._settle_left(left, batch)
-            for batch_id in await self.rows.wind_up(now):
+            for batch_id in await self.rows.wind_up(now, self.config.max_attempts):
                 await self.finalize(batch_id)
         room = self.config.concurrency - len(self.running)
         if room <= 0 or self._closing:
