@@ -16,7 +16,7 @@ import pytest
 
 from inferplex.batches.service import Batch, Counts, LineResult
 from inferplex.canonical import parse
-from inferplex.dialects.anthropic.batches import individual_response, lines_of, message_batch
+from inferplex.dialects.anthropic.batches import individual_response, line_request, lines_of, message_batch
 from inferplex.dialects.anthropic.batches_wire import CreateMessageBatch
 from inferplex.errors import InvalidRequest
 from tests.accounts.conftest import Admin
@@ -339,3 +339,16 @@ def test_lines_are_translated_as_messages_translates_them() -> None:
     with pytest.raises(InvalidRequest) as caught:  # the create body's own validation, as the route parses it
         parse(CreateMessageBatch, {"requests": [request("a", "x", max_tokens=0)]})
     assert caught.value.param == "requests[0].params.max_tokens"
+
+
+def test_line_request_keeps_anthropics_details_on_the_body_and_off_the_wire() -> None:
+    content = [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]
+    params = request("a", "", top_k=5, thinking={"type": "enabled", "budget_tokens": 1024})["params"]
+    params["messages"] = [{"role": "user", "content": content}]
+    (line,) = lines_of(parse(CreateMessageBatch, {"requests": [{"custom_id": "a", "params": params}]}), ["b-1"])
+    run = line_request(line.body)
+    extras = run.body.model_extra or {}
+    assert extras["top_k"] == 5 and extras["thinking"]["budget_tokens"] == 1024 and extras["anthropic_extra"]
+    wire = run.wire()  # what an OpenAI-compatible upstream is sent, as from /v1/messages
+    assert not {"top_k", "thinking", "anthropic_extra"} & wire.keys()
+    assert wire["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
