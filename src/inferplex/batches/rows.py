@@ -106,6 +106,7 @@ batch_lines = Table(
     Column("settled", Boolean, nullable=False),
     Column("ended_at", Float),
     Index("ix_batch_lines_status", "status", "claimed_until"),
+    Index("ix_batch_lines_batch_status", "batch_id", "status"),
     Index("ix_batch_lines_settled", "settled"),
 )
 L = batch_lines.c
@@ -430,10 +431,13 @@ class BatchRows:
             conn.execute(stuck.values(status="errored", status_code=500, result=json.dumps(cut), settled=True,
                                       ended_at=now))  # fmt: skip
             late = select(B.id).where(B.status == "in_progress", B.expires_at < now, B.expired_at.is_(None))
+            late = late.order_by(B.id)  # rows locked in one order by every replica: no deadlock between two
             for (batch_id,) in conn.execute(late).all():
                 conn.execute(update(batches).where(B.id == batch_id).values(expired_at=now))
-            winding = select(B.id, B.status).where(
-                or_(B.status == "cancelling", and_(B.status == "in_progress", B.expired_at.is_not(None)))
+            winding = (
+                select(B.id, B.status)
+                .where(or_(B.status == "cancelling", and_(B.status == "in_progress", B.expired_at.is_not(None))))
+                .order_by(B.id)
             )
             for batch_id, status in conn.execute(winding).all():
                 outcome = "cancelled" if status == "cancelling" else "expired"
@@ -443,9 +447,9 @@ class BatchRows:
                 error = json.dumps({"code": code, "message": message})
                 ended = update(batch_lines).where(L.batch_id == batch_id, L.status == "pending")
                 conn.execute(ended.values(status=outcome, result=error, settled=True, ended_at=now))
-            live = select(L.batch_id).where(L.status.in_(LIVE)).distinct()
+            live = select(L.line_no).where(L.batch_id == B.id, L.status.in_(LIVE)).exists()
             free = or_(B.claimed_until.is_(None), B.claimed_until < now)
-            ready = select(B.id).where(B.status.in_(OPEN), free, B.deleted_at.is_(None), B.id.not_in(live))
+            ready = select(B.id).where(B.status.in_(OPEN), free, B.deleted_at.is_(None), ~live)
             return list(conn.execute(ready).scalars())
 
         return await self.db.write(run)

@@ -74,11 +74,13 @@ def upgrade() -> None:
         sa.Column("ended_at", sa.Float),
     )
     op.create_index("ix_batch_lines_status", "batch_lines", ["status", "claimed_until"])
+    op.create_index("ix_batch_lines_batch_status", "batch_lines", ["batch_id", "status"])
     op.create_index("ix_batch_lines_settled", "batch_lines", ["settled"])
 
 
 def downgrade() -> None:
     op.drop_index("ix_batch_lines_settled", table_name="batch_lines")
+    op.drop_index("ix_batch_lines_batch_status", table_name="batch_lines")
     op.drop_index("ix_batch_lines_status", table_name="batch_lines")
     op.drop_table("batch_lines")
     op.drop_index("ix_batches_status", table_name="batches")
