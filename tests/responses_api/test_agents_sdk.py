@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 import pytest
-from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
-from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+from agents import Agent, ModelSettings, OpenAIResponsesModel, RunConfig, Runner, function_tool
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient, NotFoundError
 
 from tests.gateway_server import GatewayServer
 from tests.responses_api.schema import check_event
@@ -153,3 +153,57 @@ async def test_agent_runs_a_function_tool_streamed(
     check_run(agent, fakes, chaining, sent, raw[0]["response"]["id"])
     for one in raw:
         check_event(one)
+
+
+# the assistant turn each fake must get back: its signed reasoning (or the call's signature) before the call
+SIGNED_TURN: dict[str, Any] = {
+    "anthropic-think-tool": [
+        {"type": "thinking", "thinking": "Let me think.", "signature": "sig-abc"},
+        {"type": "tool_use", "id": "toolu_01", "name": "get_weather", "input": {"city": "Paris"}},
+    ],
+    "bedrock-think-tool": [
+        {"reasoningContent": {"reasoningText": {"text": "Pondering.", "signature": "sig-b"}}},
+        {"toolUse": {"toolUseId": "tooluse_0", "name": "get_weather", "input": {"city": "Paris"}}},
+    ],
+    "gemini-signed-tool": [
+        {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}, "thoughtSignature": "c2lnbmF0dXJl"}
+    ],
+}
+
+
+@pytest.mark.parametrize("name", list(SIGNED_TURN))
+async def test_agent_without_store_sends_signed_reasoning_back(gateway: GatewayServer, fakes: Fakes, name: str) -> None:
+    """`store: false` with `include: reasoning.encrypted_content` (an organisation that keeps nothing): the
+    gateway keeps no history, so the provider's signed reasoning rides in the items the SDK sends back,
+    and the provider gets it back in its own shape before its call."""
+    calls: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city.
+
+        Args:
+            city: The city's name.
+        """
+        calls.append(city)
+        return f"sunny in {city}"
+
+    client = AsyncOpenAI(base_url=gateway.base_url, api_key=gateway.master_key, max_retries=0)
+    agent = Agent(
+        name="weather",
+        tools=[get_weather],
+        model=OpenAIResponsesModel(model=name, openai_client=client),
+        model_settings=ModelSettings(store=False, response_include=["reasoning.encrypted_content"]),
+    )
+    result = await Runner.run(agent, "What is the weather in Paris?", run_config=RunConfig(tracing_disabled=True))
+    assert calls == ["Paris"] and result.final_output == "tool said: sunny in Paris"
+    if name.startswith("anthropic"):
+        turn = fakes.anthropic.last("/v1/messages").body["messages"][1]["content"]
+    elif name.startswith("bedrock"):
+        turn = fakes.bedrock.last().body["messages"][1]["content"]
+    else:
+        turn = fakes.gemini.last().body["contents"][1]["parts"]
+    assert turn == SIGNED_TURN[name]
+    for response in result.raw_responses:  # and nothing was kept
+        with pytest.raises(NotFoundError):
+            await client.responses.retrieve(str(response.response_id))
