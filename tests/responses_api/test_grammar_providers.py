@@ -175,9 +175,10 @@ def test_refused_requests_fit_openais_error_schema(
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic", "gemini"])
-def test_background_stream_and_its_replay(gateway: GatewayServer, kind: str) -> None:
+def test_background_stream_and_its_replay(gateway: GatewayServer, client: openai.OpenAI, kind: str) -> None:
     """A background response streamed as it runs fits the grammar; `GET ?stream=true&starting_after=N`
-    replays exactly the events after N, and the stored response is the terminal event's."""
+    replays exactly the events after N (also as the SDK's `responses.retrieve(stream=True)` reads them),
+    and the stored response is the terminal event's."""
     events = streamed(gateway, {**body_for(kind, "tool"), "background": True})
     final = check_stream(events)
     assert final["background"] is True and final["status"] == "completed"
@@ -185,6 +186,8 @@ def test_background_stream_and_its_replay(gateway: GatewayServer, kind: str) -> 
     replay = httpx.get(url, params={"stream": "true", "starting_after": 2}, headers=gateway.auth, timeout=60)
     assert replay.status_code == 200, replay.text
     assert sse_events(replay.text) == events[3:]
+    resumed = client.responses.retrieve(final["id"], stream=True, starting_after=2)
+    assert [(e.type, e.sequence_number) for e in resumed] == [(e["type"], e["sequence_number"]) for e in events[3:]]
     stored = httpx.get(url, headers=gateway.auth, timeout=60).json()
     check_response(stored)
     assert stored["output"] == final["output"] and stored["status"] == "completed"
