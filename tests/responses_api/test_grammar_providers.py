@@ -1,12 +1,19 @@
 """The Responses API's stream, event by event, against OpenAI's published schema, for every provider kind.
 
-For each kind with a fake (OpenAI-compatible, Azure, Anthropic, Gemini, Bedrock, the bundled local model)
-and each behaviour its fake can produce (tests/responses_api/upstreams.py): a streamed `POST /v1/responses`
-read as raw SSE, every event validated against the schema of its type and the whole stream against OpenAI's
-grammar (schema.check_stream: sequence numbers 0..n, created, in_progress, items opened and closed in
-order, deltas adding up, one terminal event whose response holds exactly the finished items); the same
-request buffered is validated against `Response`, and read by the official `openai` SDK (typed events, the
-stream helper's final response) as a client would.
+For each kind with a fake (OpenAI-compatible, the same fake passed through natively, Azure, Anthropic,
+Gemini, Bedrock, the bundled local model) and each behaviour its fake can produce (text, a tool call,
+parallel calls, reasoning, reasoning then a call, a cut answer, a filtered one; tests/responses_api/
+upstreams.py): a streamed `POST /v1/responses` read as raw SSE, every event validated against the schema
+of its type and the whole stream against OpenAI's grammar (schema.check_stream: sequence numbers 0..n,
+created, in_progress, items opened and closed in order, deltas adding up, one terminal event whose
+response holds exactly the finished items), and the stored response read back is that terminal one; the
+same request buffered is validated against `Response`, its input items against `ResponseItemList`.
+
+Then what a client meets beyond the happy path, per kind: an upstream refusing (buffered and streamed,
+OpenAI's error schema), failing mid-stream (`response.failed`), refused requests; background responses
+streamed, replayed from `starting_after`, failed, cancelled; a tool's output sent back by
+`previous_response_id`, also to another provider than the one that made the call; and the official
+`openai` SDK reading it all (typed events, the stream helper, `responses.parse` for structured output).
 """
 
 from __future__ import annotations
