@@ -181,7 +181,12 @@ class BatchWorker:
             for left, batch in await self.rows.unsettled(now, 200):
                 await self._settle_left(left, batch)
             for batch_id in await self.rows.wind_up(now, self.config.max_attempts):
-                await self.finalize(batch_id)
+                try:
+                    await self.finalize(batch_id)
+                except Exception as exc:  # its lease lapses and it is finalized again; the others go on
+                    if unreachable(exc) is not None:
+                        raise
+                    log.exception("batch %s: its files could not be written; tried again later", batch_id)
         room = self.config.concurrency - len(self.running)
         if room <= 0 or self._closing:
             return 0
