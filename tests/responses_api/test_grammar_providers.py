@@ -13,7 +13,8 @@ Then what a client meets beyond the happy path, per kind: an upstream refusing (
 OpenAI's error schema), failing mid-stream (`response.failed`), refused requests; background responses
 streamed, replayed from `starting_after`, failed, cancelled; a tool's output sent back by
 `previous_response_id`, also to another provider than the one that made the call; and the official
-`openai` SDK reading it all (typed events, the stream helper, `responses.parse` for structured output).
+`openai` SDK reading it all (typed events, the stream helper, `responses.parse` for structured output);
+and the usage's cache and reasoning tokens as each provider reports them.
 """
 
 from __future__ import annotations
@@ -367,3 +368,30 @@ def test_tool_call_continued_on_another_provider(gateway: GatewayServer, first: 
     final = check_stream(streamed(gateway, body))
     message = next(item for item in final["output"] if item["type"] == "message")
     assert message["content"][0]["text"] == "tool said: sunny"
+
+
+# model -> (cached_tokens, cache_write_tokens, reasoning_tokens) its fake reports in its own usage
+USAGE_DETAILS = {
+    "anthropic-cache": (100, 20, 0),
+    "gemini-cache": (50, 0, 0),
+    "bedrock-cache": (40, 10, 0),
+    "gemini-think": (0, 0, 3),
+    "native-think": (0, 0, 5),
+}
+
+
+@pytest.mark.parametrize("name", list(USAGE_DETAILS))
+def test_usage_details_carry_the_providers_cache_and_reasoning_tokens(gateway: GatewayServer, name: str) -> None:
+    """Cache reads, cache writes and reasoning tokens, as each provider reports them, in the Responses usage,
+    the same buffered and streamed."""
+    body = {"model": name, "input": "hello there"}
+    buffered = post(gateway, body).json()["usage"]
+    final = check_stream(streamed(gateway, body))
+    assert final["usage"] == buffered
+    details = (
+        buffered["input_tokens_details"]["cached_tokens"],
+        buffered["input_tokens_details"]["cache_write_tokens"],
+        buffered["output_tokens_details"]["reasoning_tokens"],
+    )
+    assert details == USAGE_DETAILS[name]
+    assert buffered["total_tokens"] == buffered["input_tokens"] + buffered["output_tokens"]

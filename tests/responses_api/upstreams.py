@@ -85,6 +85,8 @@ ROWS: dict[str, dict[str, str | None]] = {
     },
     # a thinking model's call, signed: the signature must come back with the call in the next turn
     "signed-tool": {"gemini": "gemini-tool-sig"},
+    # usage with cache reads and writes (Anthropic: 100 read, 20 written; Gemini: 50 cached; Bedrock: 40 and 10)
+    "cache": {"anthropic": "claude-cache-1", "gemini": "gemini-cache", "bedrock": _BR.format("cache")},
     # two calls in one answer (two tools offered)
     "parallel": {
         "anthropic": "claude-tool-parallel-1",
