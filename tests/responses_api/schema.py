@@ -105,11 +105,12 @@ def event_schemas() -> dict[str, str]:
 
 def problems(name: str, value: Any) -> list[str]:
     """Where `value` breaks OpenAI's schema `name`: one line per problem (path: message), [] if it fits."""
-    found = sorted(_validator(name).iter_errors(value), key=lambda e: list(e.absolute_path))
+    found = sorted(_validator(name).iter_errors(value), key=lambda e: [str(p) for p in e.absolute_path])
     return [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message[:300]}" for e in found]
 
 
 def check(name: str, value: Any) -> None:
+    """`value` fits OpenAI's schema `name` (any of the fixture's components), else an assertion naming where."""
     found = problems(name, value)
     assert not found, f"not a valid {name}: {found}"
 
