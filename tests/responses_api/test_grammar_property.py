@@ -129,7 +129,6 @@ def test_any_chat_stream_makes_a_conformant_responses_stream(
 
 # found by the property test with refusal runs, reported: a message part of a kind opened a second time (text,
 # refusal, text) starts from the first one's text, so its `.done` events and the final output repeat it
-@pytest.mark.xfail(reason="events.py: a reopened part's text carries the earlier part's (reported)")
 @pytest.mark.parametrize("kinds", [("text", "refusal", "text"), ("refusal", "text", "refusal")])
 def test_a_reopened_part_holds_its_own_text(kinds: tuple[str, str, str]) -> None:
     runs = [(kind, [f"{kind}{i}"]) for i, kind in enumerate(kinds)]

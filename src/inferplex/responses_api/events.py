@@ -276,6 +276,11 @@ class ResponseEvents:
         item = self._open
         assert item is not None
         item.part = part
+        # each part holds only its own deltas: a kind opened again (text, refusal, text) starts empty
+        if part == "output_text":
+            item.text = ""
+        else:
+            item.refusal = ""
         empty = translate.text_part("output_text", "") if part == "output_text" else {"type": "refusal", "refusal": ""}
         return [self._event("response.content_part.added", **self._where(item), part=empty)]
 
