@@ -172,8 +172,8 @@ def test_upstream_refusing_is_an_openai_error(gateway: GatewayServer, kind: str)
         ({"model": "no-such-model"}, 404, "model"),
         ({"background": True, "store": False}, 400, "background"),
         # found by this test, reported: OpenAI refuses these (CreateResponse's minimum 16; metadata's 16 keys)
-        pytest.param({"max_output_tokens": 15}, 400, "max_output_tokens", marks=REPORTED),
-        pytest.param({"metadata": {f"k{i}": "v" for i in range(17)}}, 400, "metadata", marks=REPORTED),
+        ({"max_output_tokens": 15}, 400, "max_output_tokens"),
+        ({"metadata": {f"k{i}": "v" for i in range(17)}}, 400, "metadata"),
     ],
 )
 def test_refused_requests_fit_openais_error_schema(

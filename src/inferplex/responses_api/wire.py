@@ -51,6 +51,15 @@ HOSTED_TOOL_TYPES = frozenset(
 )
 
 
+# OpenAI's own bounds (CreateResponse: `max_output_tokens` minimum 16; `Metadata`: at most 16 pairs, keys up
+# to 64 characters, values up to 512), enforced here so a request OpenAI refuses is refused the same way on
+# every path, whichever upstream would have run it.
+MIN_OUTPUT_TOKENS = 16
+METADATA_PAIRS = 16
+METADATA_KEY_CHARS = 64
+METADATA_VALUE_CHARS = 512
+
+
 class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
@@ -100,7 +109,7 @@ class ResponsesRequest(_Open):
     tool_choice: str | dict[str, Any] | None = None
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
-    max_output_tokens: int | None = Field(None, ge=1, le=MAX_COUNT)
+    max_output_tokens: int | None = Field(None, le=MAX_COUNT)
     max_tool_calls: int | None = Field(None, ge=0, le=MAX_COUNT)
     truncation: Literal["auto", "disabled"] | None = None
     metadata: dict[str, str] | None = None
@@ -131,6 +140,43 @@ class ResponsesRequest(_Open):
         for i, item in enumerate(value):
             if not isinstance(item, dict):
                 raise _field_error(f"input[{i}]", "an input item must be an object")
+        return value
+
+    @field_validator("max_output_tokens")
+    @classmethod
+    def _output_floor(cls, value: int | None) -> int | None:
+        if value is not None and value < MIN_OUTPUT_TOKENS:
+            raise _field_error(
+                "max_output_tokens",
+                "Invalid 'max_output_tokens': integer below minimum value. "
+                f"Expected a value >= {MIN_OUTPUT_TOKENS}, but got {value} instead.",
+            )
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_bounds(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return value
+        if len(value) > METADATA_PAIRS:
+            raise _field_error(
+                "metadata",
+                f"Invalid 'metadata': too many properties. Expected an object with at most {METADATA_PAIRS} "
+                f"properties, but got an object with {len(value)} properties instead.",
+            )
+        for key, text in value.items():
+            if len(key) > METADATA_KEY_CHARS:
+                raise _field_error(
+                    "metadata",
+                    f"Invalid 'metadata': key {key[:METADATA_KEY_CHARS]!r}... is too long. Expected a key with "
+                    f"maximum length {METADATA_KEY_CHARS}, but got a key with length {len(key)} instead.",
+                )
+            if len(text) > METADATA_VALUE_CHARS:
+                raise _field_error(
+                    f"metadata.{key}",
+                    f"Invalid 'metadata.{key}': string too long. Expected a string with maximum length "
+                    f"{METADATA_VALUE_CHARS}, but got a string with length {len(text)} instead.",
+                )
         return value
 
     @field_validator("store", mode="before")
