@@ -171,7 +171,7 @@ def test_upstream_refusing_is_an_openai_error(gateway: GatewayServer, kind: str)
         ({"previous_response_id": "resp_unknown"}, 404, "previous_response_id"),
         ({"model": "no-such-model"}, 404, "model"),
         ({"background": True, "store": False}, 400, "background"),
-        # found by this test, reported: OpenAI refuses these (CreateResponse's minimum 16; metadata's 16 keys)
+        # OpenAI refuses these (CreateResponse's minimum 16; metadata's 16 keys)
         ({"max_output_tokens": 15}, 400, "max_output_tokens"),
         ({"metadata": {f"k{i}": "v" for i in range(17)}}, 400, "metadata"),
     ],
