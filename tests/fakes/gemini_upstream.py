@@ -9,7 +9,8 @@ and function responses that do not answer the calls of the turn right before the
 
 Behaviour by model name: `*echo*` echoes the last user text; `*tool*` calls the first allowed function
 (`*parallel*`: two); `*safety*` stops with SAFETY; `*blocked*` blocks the prompt; `*think*` adds a thought
-part; `*sig*` signs its first call and rejects a history whose call lost its `thoughtSignature`;
+part; `*sig*` signs its first call and, as a thinking model, validates the current turn's signatures
+(`signature_error`: only the current turn, only each step's first call, Google's placeholders accepted);
 `*cache*` reports cached tokens; `*future*` an unknown part and finish reason; `*error-<code>*` fails
 (429 with `retry-after: 7`); `*midstream*` streams some text, then an UNAVAILABLE error event; `*slow*`
 streams "tick " every 50 ms for 30 s, noting when the client hangs up (`hangups`);
@@ -174,6 +175,40 @@ def _unanswered_calls(contents: list[dict[str, Any]]) -> str | None:
     return None
 
 
+SIGNATURE = "c2lnbmF0dXJl"  # what this fake's `*sig*` models sign their first call with
+# the placeholders Google documents for calls Gemini did not make ("Thought signatures", its FAQ)
+PLACEHOLDER_SIGNATURES = {"skip_thought_signature_validator", "context_engineering_is_the_way_to_go"}
+
+
+def signature_error(contents: list[dict[str, Any]]) -> str | None:
+    """A thinking model's check, as Google documents it: the current turn starts at the last user content
+    with standard content (not function responses); in it, the first functionCall part of every model step
+    must carry a signature, the model's own or a placeholder. Earlier turns and later calls of a step (Gemini
+    signs only the first of parallel calls) are not checked."""
+    start = next(
+        (i for i in range(len(contents) - 1, -1, -1) if contents[i]["role"] == "user" and _standard(contents[i])),
+        0,
+    )
+    for i in range(start, len(contents)):
+        calls = [p for p in contents[i]["parts"] if "functionCall" in p] if contents[i]["role"] == "model" else []
+        if not calls:
+            continue
+        signature = calls[0].get("thoughtSignature")
+        if not signature:
+            return (
+                "Function call is missing a thought_signature in functionCall parts. This is required for tools "
+                f"to work correctly. Additional data, function call `{calls[0]['functionCall'].get('name')}`, "
+                f"position {i + 1}."
+            )
+        if signature != SIGNATURE and signature not in PLACEHOLDER_SIGNATURES:
+            return "Corrupted thought signature."
+    return None
+
+
+def _standard(content: dict[str, Any]) -> bool:
+    return any("functionResponse" not in part for part in content["parts"])
+
+
 def _text(content: dict[str, Any]) -> str:
     return " ".join(p["text"] for p in content["parts"] if isinstance(p.get("text"), str))
 
@@ -196,7 +231,7 @@ def candidates(model: str, body: dict[str, Any]) -> tuple[list[dict[str, Any]], 
         n = 2 if "parallel" in model else 1
         parts += [{"functionCall": {"name": name, "args": {"city": "Paris"}}} for name in allowed[:n]]
         if "sig" in model:  # thinking models sign their first call and want the signature back
-            parts[0]["thoughtSignature"] = "c2lnbmF0dXJl"
+            parts[0]["thoughtSignature"] = SIGNATURE
     elif gen.get("responseMimeType") == "application/json":
         parts.append({"text": orjson.dumps(sample(gen.get("responseSchema")) or {"ok": True}).decode()})
     elif "safety" not in model:
@@ -271,10 +306,8 @@ class FakeGemini(FakeServer):
             return error(404, f"Method {method} not found")
         if msg := validate(body):
             return error(400, msg)
-        for c in body["contents"]:
-            calls = [p for p in c["parts"] if "functionCall" in p]
-            if "sig" in model and calls and calls[0].get("thoughtSignature") != "c2lnbmF0dXJl":
-                return error(400, "Function call is missing a thought_signature in functionCall parts.")
+        if "sig" in model and (msg := signature_error(body["contents"])):
+            return error(400, msg)
         if "error-" in model:
             code = int(model.rsplit("-", 1)[1])
             return error(code, "The model is overloaded. Please try again later." if code == 503 else f"fake {code}")

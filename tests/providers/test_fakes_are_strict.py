@@ -9,7 +9,7 @@ import pytest
 
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.bedrock_upstream import FakeBedrock
-from tests.fakes.gemini_upstream import FakeGemini
+from tests.fakes.gemini_upstream import SIGNATURE, FakeGemini, signature_error
 
 HEADERS = {"x-api-key": "sk-ant-fake", "anthropic-version": "2023-06-01"}
 GOOD: dict[str, Any] = {"model": "claude-echo-1", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
@@ -75,6 +75,39 @@ def test_the_gemini_fake(fake_gemini: FakeGemini, body: dict[str, Any], message:
         fake_gemini.url + "/v1beta/models/gemini-echo:generateContent", headers={"x-goog-api-key": "gm-fake"}, json=body
     )
     assert resp.status_code == 400 and message in resp.json()["error"]["message"]
+
+
+ASK = {"role": "user", "parts": [{"text": "weather?"}]}
+ANSWER = {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {}}}]}
+
+
+def step(*signatures: str | None) -> dict[str, Any]:
+    """A model step of parallel calls, each with its signature (None: no signature field)."""
+    call = {"functionCall": {"name": "f", "args": {}}}
+    return {"role": "model", "parts": [{**call, "thoughtSignature": s} if s else call for s in signatures]}
+
+
+@pytest.mark.parametrize(
+    ("contents", "refused"),
+    [
+        ([ASK, step(SIGNATURE), ANSWER], None),
+        ([ASK, step(SIGNATURE, None), ANSWER], None),  # Gemini signs only the first of parallel calls
+        ([ASK, step("skip_thought_signature_validator"), ANSWER], None),  # Google's documented placeholders
+        ([ASK, step("context_engineering_is_the_way_to_go"), ANSWER], None),
+        ([ASK, step(None), ANSWER, {"role": "model", "parts": [{"text": "done"}]}, ASK], None),  # an older turn
+        ([ASK, step(None), ANSWER], "missing a thought_signature"),
+        ([ASK, step(None, SIGNATURE), ANSWER], "missing a thought_signature"),
+        ([ASK, step(SIGNATURE), ANSWER, step(None), ANSWER], "missing a thought_signature"),  # every step
+        ([ASK, step("Zm9yZ2Vk"), ANSWER], "Corrupted thought signature"),
+    ],
+)
+def test_the_gemini_fake_checks_the_current_turns_signatures(
+    contents: list[dict[str, Any]], refused: str | None
+) -> None:
+    """As Google documents for thinking models: only the current turn (from the last user text), only each
+    step's first call, the model's own signature or a documented placeholder."""
+    error = signature_error(contents)
+    assert error is None if refused is None else refused in (error or "")
 
 
 def test_the_bedrock_fake_checks_signatures(fake_bedrock: FakeBedrock) -> None:

@@ -105,13 +105,29 @@ def test_thought_signatures_survive_the_round_trip(client: openai.OpenAI, fake_g
     second = client.chat.completions.create(model="gemini-tool-sig", messages=messages, tools=TOOLS)
     assert second.choices[0].message.content == "tool said: sunny"
     assert fake_gemini.last().body["contents"][1]["parts"][0]["thoughtSignature"] == "c2lnbmF0dXJl"
-    unsigned = [
+    # a call that lost its signature (or that another provider made) goes with Google's placeholder
+    unsigned: list[Any] = [
         {**m, "tool_calls": [{**c, "extra_content": None} for c in m["tool_calls"]]} if "tool_calls" in m else m
         for m in messages
     ]
+    third = client.chat.completions.create(model="gemini-tool-sig", messages=unsigned, tools=TOOLS)
+    assert third.choices[0].message.content == "tool said: sunny"
+    assert fake_gemini.last().body["contents"][1]["parts"][0]["thoughtSignature"] == "skip_thought_signature_validator"
+    # a signature Gemini did not make is refused, as Gemini refuses it
+    forged: list[Any] = [
+        {
+            **m,
+            "tool_calls": [
+                {**c, "extra_content": {"google": {"thought_signature": "Zm9yZ2Vk"}}} for c in m["tool_calls"]
+            ],
+        }
+        if "tool_calls" in m
+        else m
+        for m in messages
+    ]
     with pytest.raises(openai.BadRequestError) as err:
-        client.chat.completions.create(model="gemini-tool-sig", messages=unsigned, tools=TOOLS)
-    assert "thought_signature" in err.value.body["message"]  # type: ignore[index]
+        client.chat.completions.create(model="gemini-tool-sig", messages=forged, tools=TOOLS)
+    assert "thought signature" in err.value.body["message"]  # type: ignore[index]
 
 
 def test_images_and_json_schema(client: openai.OpenAI, fake_gemini: FakeGemini) -> None:

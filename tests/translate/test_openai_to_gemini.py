@@ -150,8 +150,46 @@ def test_media_tool_calls_and_results() -> None:
         {"fileData": {"mimeType": "image/jpeg", "fileUri": "https://x/cat.jpg"}},
         {"inlineData": {"mimeType": "audio/wav", "data": "UklG"}},
     ]
-    assert model == {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"a": 1}}}]}
+    call = {"functionCall": {"name": "f", "args": {"a": 1}}, "thoughtSignature": tr.PLACEHOLDER_SIGNATURE}
+    assert model == {"role": "model", "parts": [call]}
     assert result == {"role": "user", "parts": [{"functionResponse": {"name": "f", "response": {"content": "done"}}}]}
+
+
+def _call(call_id: str, signature: str | None = None) -> dict[str, Any]:
+    call: dict[str, Any] = {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    if signature is not None:
+        call["extra_content"] = {"google": {"thought_signature": signature}}
+    return call
+
+
+# (assistant turns' calls as (id, signature) lists, the thoughtSignature each functionCall part goes out with)
+SIGNATURES: list[tuple[str, list[list[tuple[str, str | None]]], list[list[str | None]]]] = [
+    ("gemini's own kept", [[("a", "c2ln")]], [["c2ln"]]),
+    ("another provider's call gets the placeholder", [[("a", None)]], [[tr.PLACEHOLDER_SIGNATURE]]),
+    ("gemini's parallel calls: only the first is signed", [[("a", "c2ln"), ("b", None)]], [["c2ln", None]]),
+    (
+        "another's parallel calls: the first of the step",
+        [[("a", None), ("b", None)]],
+        [[tr.PLACEHOLDER_SIGNATURE, None]],
+    ),
+    (
+        "every step of a turn",
+        [[("a", "c2ln")], [("b", None)]],
+        [["c2ln"], [tr.PLACEHOLDER_SIGNATURE]],
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "steps", "expected"), SIGNATURES, ids=[c[0] for c in SIGNATURES])
+def test_each_steps_first_call_goes_out_signed(
+    name: str, steps: list[list[tuple[str, str | None]]], expected: list[list[str | None]]
+) -> None:
+    messages: list[dict[str, Any]] = [USER]
+    for step in steps:
+        messages.append({"role": "assistant", "content": None, "tool_calls": [_call(i, sig) for i, sig in step]})
+        messages += [{"role": "tool", "tool_call_id": i, "content": "ok"} for i, _ in step]
+    turns = [c for c in body(messages=messages)["contents"] if c["role"] == "model"]
+    assert [[part.get("thoughtSignature") for part in turn["parts"]] for turn in turns] == expected
 
 
 def test_a_tool_result_without_its_call_is_a_400() -> None:

@@ -121,8 +121,15 @@ def _args(raw: str, where: str) -> Any:
         raise InvalidRequest(f"{where}: tool call arguments must be JSON.", param=where) from None
 
 
+# Google's documented placeholder for a function call Gemini did not make (another provider's, a hand-built
+# history): thinking models refuse a current-turn step whose first functionCall part has no signature, and
+# accept this one in its place ("Thought signatures", FAQ on transferring history from another model).
+PLACEHOLDER_SIGNATURE = "skip_thought_signature_validator"
+
+
 def build_contents(messages: list[Message]) -> list[dict[str, Any]]:
-    """Gemini `contents`: roles user/model, same-role turns merged, tool results as functionResponse parts."""
+    """Gemini `contents`: roles user/model, same-role turns merged, tool results as functionResponse parts.
+    Each model step's first call carries its signature, Gemini's own or the placeholder (see `_signed`)."""
     names: dict[str, str] = {}
     turns: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
@@ -152,7 +159,20 @@ def build_contents(messages: list[Message]) -> list[dict[str, Any]]:
             turns[-1]["parts"] += parts
         else:
             turns.append({"role": role, "parts": parts})
-    return turns
+    return [_signed(turn) for turn in turns]
+
+
+def _signed(turn: dict[str, Any]) -> dict[str, Any]:
+    """A model turn whose first functionCall part has no thought signature gets Google's placeholder. Gemini
+    signs only the first call of a step (parallel calls after it go unsigned), so that is the one part its
+    validator reads; a call from any other source has none, and without one a thinking model answers 400.
+    Older turns are not validated, and any Gemini model takes the field, so it is set wherever it is missing."""
+    if turn["role"] != "model":
+        return turn
+    first = next((part for part in turn["parts"] if "functionCall" in part), None)
+    if first is not None and not first.get("thoughtSignature"):
+        first["thoughtSignature"] = PLACEHOLDER_SIGNATURE
+    return turn
 
 
 def _tool_config(request: ChatRequest) -> dict[str, Any] | None:
