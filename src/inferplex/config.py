@@ -377,6 +377,9 @@ class ResponsesConfig(_Strict):
     lease_s: float = Field(60.0, ge=0.5)
     concurrency: int = Field(8, ge=1, le=1000)
     follow_poll_s: float = Field(0.1, gt=0, le=10)
+    # files named by `file_id` in an input go upstream inline (responses_api/files.py), at most this many
+    # bytes together per request (Gemini takes 20 MB of inline data in one request)
+    max_inline_file_bytes: int = Field(20 * 1024 * 1024, gt=0)
 
 
 class Config(_Strict):

@@ -49,7 +49,6 @@ from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
 
 BEHAVIOURS = ("text", "tool", "parallel", "think", "think-tool", "truncated", "filtered")
 CASES = [(kind, behaviour) for behaviour in BEHAVIOURS for kind in kinds(behaviour)]
-REPORTED = pytest.mark.xfail(reason="a defect this suite found and reported")
 CALLS = {"tool": 1, "think-tool": 1, "parallel": 2}  # function calls each tool-calling behaviour makes
 
 
@@ -207,7 +206,6 @@ def test_background_stream_and_its_replay(gateway: GatewayServer, client: openai
 
 # found by this test, reported: a file the caller uploaded to the gateway is neither read from the gateway's
 # files nor refused by its place in the input (the translated path's 400 names chat's `messages`)
-@REPORTED
 def test_an_uploaded_file_is_read_or_refused_by_its_place(gateway: GatewayServer) -> None:
     files = {"file": ("a.pdf", b"%PDF-1.4\n%%EOF", "application/pdf")}
     uploaded = httpx.post(gateway.base_url + "/files", files=files, data={"purpose": "user_data"}, headers=gateway.auth)

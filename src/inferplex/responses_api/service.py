@@ -27,7 +27,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
@@ -40,9 +40,9 @@ from inferplex.context import Context
 from inferplex.errors import GatewayError, InternalError, InvalidRequest, NotFound
 from inferplex.families.chat import CHAT
 from inferplex.gateway_request import GatewayRequest
-from inferplex.media_store.store import owner_of
+from inferplex.media_store.store import MediaStore, owner_of
 from inferplex.pipeline import ChatStream, Pipeline
-from inferplex.responses_api import translate
+from inferplex.responses_api import files, translate
 from inferplex.responses_api.events import ResponseEvents
 from inferplex.responses_api.native import NativeStream, maybe_native
 from inferplex.responses_api.store import ACTIVE, TERMINAL, ResponseRows, StoredResponse, dumps, new_response_id
@@ -86,29 +86,37 @@ def error_of(err: GatewayError) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class Prepared:
-    """A request ready to run: its id and time, its stored input items, and the history it continues."""
+    """A request ready to run: its id and time, its stored input items, the history it continues, and the
+    caller's files its input and history name by `file_id`, read (responses_api/files.py)."""
 
     request: GatewayRequest[ResponsesRequest]
     response_id: str
     created_at: float
     items: list[dict[str, Any]]
     history: list[dict[str, Any]]
+    inlined: dict[str, files.Inlined] = field(default_factory=dict)
 
 
 class ResponsesService:
     def __init__(
-        self, pipeline: Pipeline, rows: ResponseRows, auth: Authenticator | None, config: ResponsesConfig
+        self,
+        pipeline: Pipeline,
+        rows: ResponseRows,
+        auth: Authenticator | None,
+        config: ResponsesConfig,
+        media: MediaStore | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.rows = rows
         self.auth = auth
         self.config = config
+        self.media = media  # the caller's uploaded files (`/v1/files`), read where an input names them
         self.wake: Callable[[], None] = lambda: None  # set by the background worker: a new row to run
         self.closers: list[Callable[[], Awaitable[None]]] = []  # the worker's stop (wiring.start)
 
     def with_pipeline(self, pipeline: Pipeline) -> ResponsesService:
         """The same service on another pipeline (a batch runner's, whose guard defers settlement)."""
-        other = ResponsesService(pipeline, self.rows, self.auth, self.config)
+        other = ResponsesService(pipeline, self.rows, self.auth, self.config, self.media)
         other.wake = self.wake
         return other
 
@@ -147,17 +155,38 @@ class ResponsesService:
         created_at: float | None = None,
     ) -> Prepared:
         """The run's id and time, its stored input items and the history it continues (a 404 for another
-        owner's or an unknown `previous_response_id`), before anything is reserved or stored."""
+        owner's or an unknown `previous_response_id`), and the caller's files they name by `file_id`, read
+        (a 400 naming the place of one that cannot be), before anything is reserved or stored."""
         history = await self.history(ctx, request.body)
         items = translate.input_items(request.body)
-        return Prepared(request, response_id or new_response_id(), created_at or time.time(), items, history)
+        places = files.wanted(
+            [
+                *((item, f"input[{i}]") for i, item in enumerate(items)),
+                *((item, "previous_response_id") for item in history),
+            ]
+        )
+        read = await files.resolve(self.media, owner_of(ctx.principal), places, self.config.max_inline_file_bytes)
+        return Prepared(request, response_id or new_response_id(), created_at or time.time(), items, history, read)
+
+    @staticmethod
+    def upstream(
+        prepared: Prepared, request: GatewayRequest[ResponsesRequest]
+    ) -> tuple[GatewayRequest[ResponsesRequest], list[dict[str, Any]]]:
+        """`request` (the prepared one, or it restreamed) and the history as they go upstream: the files they
+        name by `file_id` inline (responses_api/files.py). What is stored keeps the ids as the caller sent them."""
+        if not prepared.inlined:
+            return request, prepared.history
+        body = request.body
+        if isinstance(body.input, list):
+            body = body.model_copy(update={"input": files.inline(body.input, prepared.inlined, "input")})
+        return request.replace(body), files.inline(prepared.history, prepared.inlined, "previous_response_id")
 
     def translated(self, prepared: Prepared, *, stream: bool) -> GatewayRequest[ChatRequest]:
         """The chat request the response becomes on the translated road (a 400 naming what it cannot carry)."""
-        request = prepared.request
+        request, history = self.upstream(prepared, prepared.request)
         body = request.body
         window = self._context_window(body.model, request) if body.truncation == "auto" else None
-        chat_body = translate.to_chat(body, prepared.history, stream=stream, context_window=window)
+        chat_body = translate.to_chat(body, history, stream=stream, context_window=window)
         return GatewayRequest(parse(ChatRequest, chat_body), request.options)
 
     def _context_window(self, model: str, request: GatewayRequest[ResponsesRequest]) -> int | None:
@@ -176,7 +205,8 @@ class ResponsesService:
         if request.body.stream:
             request = request.replace(request.body.model_copy(update={"stream": False}))
         prepared = await self.begin(ctx, request)
-        native = await maybe_native(self.pipeline, ctx, request, prepared.history, response_id=prepared.response_id)
+        sent, history = self.upstream(prepared, request)
+        native = await maybe_native(self.pipeline, ctx, sent, history, response_id=prepared.response_id)
         if isinstance(native, dict):
             response = native
         elif native is None:
@@ -223,7 +253,8 @@ class ResponsesService:
         request = prepared.request
         if not request.body.stream:
             request = request.replace(request.body.model_copy(update={"stream": True}))
-        native = await maybe_native(self.pipeline, ctx, request, prepared.history, response_id=prepared.response_id)
+        sent, history = self.upstream(prepared, request)
+        native = await maybe_native(self.pipeline, ctx, sent, history, response_id=prepared.response_id)
 
         async def finish(response: dict[str, Any]) -> None:
             if store is not None:

@@ -298,8 +298,8 @@ def _chat_part(part: dict[str, Any], param: str) -> dict[str, Any]:
         url = part.get("image_url")
         if not isinstance(url, str):
             raise InvalidRequest(
-                f"Invalid value for '{param}': send the image as 'image_url' (a URL or a data URL); "
-                "images by 'file_id' are not supported by this gateway's translation to chat.",
+                f"Invalid value for '{param}': send the image as 'image_url' (a URL or a data URL), or as "
+                "'file_id' (a file uploaded to this gateway's /v1/files).",
                 param=f"{param}.image_url",
             )
         image: dict[str, Any] = {"url": url}
@@ -310,7 +310,7 @@ def _chat_part(part: dict[str, Any], param: str) -> dict[str, Any]:
         if part.get("file_url") is not None:
             raise InvalidRequest(
                 f"Invalid value for '{param}.file_url': files by URL are not supported by this gateway's "
-                "translation to chat; send 'file_data'.",
+                "translation to chat; send 'file_data', or 'file_id' (a file uploaded to this gateway's /v1/files).",
                 param=f"{param}.file_url",
             )
         file = {k: part[k] for k in ("file_data", "file_id", "filename") if isinstance(part.get(k), str)}

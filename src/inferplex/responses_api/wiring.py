@@ -14,7 +14,7 @@ from inferplex.responses_api.store import ResponseRows
 
 async def start(config: Config, accounts: Any, pipeline: Pipeline, media: Any) -> ResponsesService:
     """The service (`services.responses`), its worker running; `aclose()` stops the worker."""
-    service = ResponsesService(pipeline, ResponseRows(accounts.db), accounts.auth, config.responses)
+    service = ResponsesService(pipeline, ResponseRows(accounts.db), accounts.auth, config.responses, media)
     worker = Background(service)
     worker.start()
     service.closers.append(worker.aclose)
