@@ -19,6 +19,7 @@ and the usage's cache and reasoning tokens as each provider reports them.
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
@@ -204,16 +205,19 @@ def test_background_stream_and_its_replay(gateway: GatewayServer, client: openai
     assert stored["output"] == final["output"] and stored["status"] == "completed"
 
 
-# found by this test, reported: a file the caller uploaded to the gateway is neither read from the gateway's
-# files nor refused by its place in the input (the translated path's 400 names chat's `messages`)
-def test_an_uploaded_file_is_read_or_refused_by_its_place(gateway: GatewayServer) -> None:
+def test_an_uploaded_file_goes_to_the_provider_inline(gateway: GatewayServer, fakes: Fakes) -> None:
+    """An `input_file` naming a file the caller uploaded to the gateway (`/v1/files`) reaches Anthropic as a
+    document block with the file's bytes (this suite found it refused under chat's `messages`; 17b036a)."""
     files = {"file": ("a.pdf", b"%PDF-1.4\n%%EOF", "application/pdf")}
     uploaded = httpx.post(gateway.base_url + "/files", files=files, data={"purpose": "user_data"}, headers=gateway.auth)
     assert uploaded.status_code == 200, uploaded.text
     part = {"type": "input_file", "file_id": uploaded.json()["id"]}
     content = [{"type": "input_text", "text": "read it"}, part]
     r = post(gateway, {"model": model("anthropic", "text"), "input": [{"role": "user", "content": content}]})
-    assert r.status_code == 200 or r.json()["error"]["param"] == "input[0].content[1].file_id", r.text
+    assert r.status_code == 200, r.text
+    blocks = fakes.anthropic.last("/v1/messages").body["messages"][-1]["content"]
+    document = next(b for b in blocks if b["type"] == "document")
+    assert base64.b64decode(document["source"]["data"]) == b"%PDF-1.4\n%%EOF", document
 
 
 def finished(gateway: GatewayServer, response_id: str) -> dict[str, Any]:
@@ -341,8 +345,8 @@ CHAIN = [
     "gemini-signed-tool",
     "bedrock-think-tool",
 ]
-# found by this test, reported: a call another provider made has no thought signature, and a Gemini thinking
-# model refuses a current-turn call without one (Google documents a placeholder signature for such calls)
+# (this test found a call another provider made refused by a signing Gemini model: it now goes with Google's
+# documented placeholder signature, 2031a41)
 
 
 @pytest.mark.parametrize(
