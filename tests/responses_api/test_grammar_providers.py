@@ -277,6 +277,28 @@ def test_cancelled_background_response_fits_the_schema(gateway: GatewayServer, f
     assert len(hangups(kind, fakes)) > before, "the upstream call went on after the cancel"
 
 
+# found by this test, reported: on a cancel the run stops where it is: the events end mid-item (no `.done`
+# events) and the stored response keeps none of the text it streamed and was charged for, nor its usage
+@pytest.mark.xfail(reason="a cancelled background response loses what it produced (reported)")
+def test_cancelled_background_response_keeps_what_it_produced(gateway: GatewayServer) -> None:
+    body = {"model": model("anthropic", "slow"), "input": "tell me", "background": True, "stream": True}
+    text, cancelled = "", False
+    with httpx.stream("POST", gateway.base_url + "/responses", json=body, headers=gateway.auth, timeout=60) as r:
+        for chunk in r.iter_text():
+            text += chunk
+            if not cancelled and text.count("response.output_text.delta") > 3:
+                response_id = sse_events(text[: text.rindex("\n\n") + 2])[0]["response"]["id"]
+                url = f"{gateway.base_url}/responses/{response_id}"
+                assert httpx.post(url + "/cancel", headers=gateway.auth, timeout=60).status_code == 200
+                cancelled = True
+    events = sse_events(text)
+    stored = finished(gateway, events[0]["response"]["id"])
+    streamed_text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+    assert stored["status"] == "cancelled" and stored["usage"] is not None, stored
+    assert [part["text"] for item in stored["output"] for part in item["content"]] == [streamed_text]
+    assert events[-1]["type"] == "response.output_item.done", [e["type"] for e in events[-3:]]
+
+
 @pytest.mark.parametrize("kind", kinds("tool"))
 def test_tool_output_round_trip_streamed(gateway: GatewayServer, kind: str) -> None:
     """The function call's output sent back by `previous_response_id`: the fake answers `tool said: ...`,
