@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import routes as admin_routes
+from inferplex.batches import wiring as batches_wiring
 from inferplex.catalog import Catalog
 from inferplex.config import Config
 from inferplex.custom_endpoints.service import PROVIDER, CustomEndpoints
@@ -28,17 +29,16 @@ from inferplex.dialects.registry import dialects, error_payload, plain_error
 from inferplex.edge import Endpoint, json_response, self_contained
 from inferplex.families.registry import check_adapters
 from inferplex.http_server import HeadLimits
-from inferplex.batches import wiring as batches_wiring
 from inferplex.jobs.poller import Poller
 from inferplex.jobs.rows import JobRows
 from inferplex.jobs.service import VideoJobs
 from inferplex.media_store.store import MediaStore
-from inferplex.responses_api import wiring as responses_wiring
 from inferplex.pipeline import Pipeline
 from inferplex.processors.chain import gateway_factory
 from inferplex.providers.base import Adapter
 from inferplex.providers.http import new_session
 from inferplex.providers.registry import load_factory
+from inferplex.responses_api import wiring as responses_wiring
 from inferplex.routing.router import build_router
 from inferplex.services import Services, json_limits
 
