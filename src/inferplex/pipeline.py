@@ -264,14 +264,15 @@ def failure_error(ctx: Context) -> dict[str, Any]:
     return {"type": err.type, "code": err.code, "message": failure_message(ctx)}
 
 
-async def _first_chunk(chunks: AsyncIterator[ChatCompletionChunk], target: Target) -> ChatCompletionChunk:
-    """Pull the first chunk so upstream failures surface before the caller sees a byte."""
+async def first_item(items: AsyncIterator[T], target: Target) -> T:
+    """Pull a stream's first item (a chunk, an event) so upstream failures surface before the caller sees a
+    byte, while the router can still retry or the dialect answer an HTTP error."""
     try:
-        return await chunks.__anext__()
+        return await items.__anext__()
     except StopAsyncIteration:
         raise UpstreamError(f"provider {target.provider.name} sent an empty stream") from None
     except BaseException:
-        aclose = getattr(chunks, "aclose", None)
+        aclose = getattr(items, "aclose", None)
         if aclose is not None:
             await aclose()
         raise
@@ -439,7 +440,7 @@ class Pipeline:
             ctx.timings.mark_upstream_start()
             ctx.info.queued_ms = 0.0
             chunks = self.adapter(CHAT, target).chat_stream(request, target, ctx.info)
-            first = await _first_chunk(chunks, target)
+            first = await first_item(chunks, target)
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return first, chunks
 

@@ -45,11 +45,11 @@ from inferplex.accounts.pricing import estimate_output_tokens
 from inferplex.catalog import Resolved
 from inferplex.config import ModelConfig
 from inferplex.context import Context
-from inferplex.errors import GatewayError, InternalError, UpstreamError
+from inferplex.errors import GatewayError, InternalError
 from inferplex.families.base import Family, Unit
 from inferplex.families.chat import CHAT
 from inferplex.gateway_request import GatewayRequest
-from inferplex.pipeline import Admission, Pipeline, failure_message
+from inferplex.pipeline import Admission, Pipeline, failure_message, first_item
 from inferplex.providers.openai_responses import TERMINAL, ResponsesUpstream
 from inferplex.responses import Usage
 from inferplex.responses_api.carried import for_openai
@@ -295,7 +295,7 @@ async def maybe_native(
     async def opened(target: Target) -> tuple[Event, AsyncIterator[Event]]:
         ctx.timings.mark_upstream_start()
         events = upstream(target).responses_stream({**sent, "model": target.upstream_model}, target, ctx.info)
-        return await _first(events, target), events
+        return await first_item(events, target), events
 
     try:
         first, rest = await pipeline.router.run(ctx, resolved, opened)
@@ -303,19 +303,6 @@ async def maybe_native(
         await admission.settle(ctx, None, failed=True)
         raise
     return NativeStream(first, rest, ctx, admission, public)
-
-
-async def _first(events: AsyncIterator[Event], target: Target) -> Event:
-    """The first event, so an upstream that fails before it can still be retried or answered as an error."""
-    try:
-        return await events.__anext__()
-    except StopAsyncIteration:
-        raise UpstreamError(f"provider {target.provider.name} sent an empty stream") from None
-    except BaseException:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        raise
 
 
 class NativeStream:
