@@ -23,6 +23,7 @@ from inferplex.canonical import parse
 from inferplex.context import Context
 from inferplex.dialects.failure import error_headers
 from inferplex.dialects.openai_files_wire import BatchError, BatchList, BatchObject
+from inferplex.dialects.openai_responses import list_page
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 from inferplex.media_store.store import owner_of
@@ -175,13 +176,7 @@ async def list_batches(request: Request, ctx: Context) -> Response:
         raise InvalidRequest(f"Invalid 'limit': an integer from 1 to {MAX_PAGE}.", param="limit")
     found, more = await service_of(request).page(ctx, "openai", after=q.get("after") or None, limit=int(raw))
     data = [batch_object(b) for b in found]
-    body: BatchList = {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": more,
-    }
+    body: BatchList = list_page(data, more)
     return json_response(body, ctx.headers())
 
 

@@ -30,6 +30,7 @@ from inferplex.dialects.openai_files_wire import (
     FileObject,
     FilePurpose,
 )
+from inferplex.dialects.openai_responses import list_page
 from inferplex.edge import endpoint, json_response
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 from inferplex.media_store.files import StoredFile
@@ -153,13 +154,7 @@ async def list_files(request: Request, ctx: Context) -> Response:
     purposes = LISTED if purpose is None else frozenset({purpose})
     files, more = await media.page(owner_of(ctx.principal), purposes, after, limit, descending=descending)
     data = [file_object(f) for f in files]
-    body: FileList = {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": more,
-    }
+    body: FileList = list_page(data, more)
     return json_response(body, ctx.headers())
 
 

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from inferplex.canonical import parse
 from inferplex.context import Context
 from inferplex.dialects.failure import error_headers
+from inferplex.dialects.openai_responses import list_page
 from inferplex.dialects.openai_videos_responses import Video, VideoDeleted, VideoList
 from inferplex.dialects.registry import Rendering
 from inferplex.edge import endpoint, json_response, read_json
@@ -135,13 +136,7 @@ async def list_videos(request: Request, ctx: Context) -> Response:
     after, limit, order = _page_args(request)
     jobs, more = await _jobs(request).page(ctx, after, limit, order)
     data = [video_object(j) for j in jobs]
-    body: VideoList = {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": more,
-    }
+    body: VideoList = list_page(data, more)
     return json_response(body, ctx.headers())
 
 

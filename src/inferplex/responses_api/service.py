@@ -33,10 +33,12 @@ from typing import Any, cast
 import orjson
 
 from inferplex.accounts.delivered import counted_prompt_tokens
+from inferplex.accounts.pricing import estimate_output_tokens
 from inferplex.auth import Authenticator
 from inferplex.canonical import ChatRequest, parse
 from inferplex.config import ResponsesConfig
 from inferplex.context import Context
+from inferplex.dialects.openai_responses import list_page
 from inferplex.errors import GatewayError, InternalError, InvalidRequest, NotFound
 from inferplex.families.chat import CHAT
 from inferplex.gateway_request import GatewayRequest
@@ -247,9 +249,12 @@ class ResponsesService:
         *,
         store: Callable[[Context, Prepared, dict[str, Any]], Awaitable[None]] | None,
         queued: bool = False,
+        stopping: Callable[[], bool] | None = None,
     ) -> AsyncIterator[Event]:
         """The events of a run, its upstream started: natively relayed, or translated from a chat stream.
-        `store(ctx, prepared, response)` is awaited with the final response before the terminal event."""
+        `store(ctx, prepared, response)` is awaited with the final response before the terminal event.
+        `stopping()` true (a background run cancelled): the events end after the current chunk's, closing
+        what is open (see `events`); a native stream ends where it is."""
         request = prepared.request
         if not request.body.stream:
             request = request.replace(request.body.model_copy(update={"stream": True}))
@@ -261,11 +266,11 @@ class ResponsesService:
                 await store(ctx, prepared, response)
 
         if isinstance(native, NativeStream):
-            return native.relay(finish)
+            return native.relay(finish) if stopping is None else _until(native.relay(finish), stopping)
         if native is not None:
             raise InternalError(f"The native pass-through answered a stream buffered ({ctx.request_id}).")
         stream = await self.pipeline.chat_stream(self.translated(prepared, stream=True), ctx)
-        return self.events(ctx, prepared, stream, finish, queued=queued)
+        return self.events(ctx, prepared, stream, finish, queued=queued, stopping=stopping)
 
     def skeleton(self, prepared: Prepared, status: str) -> dict[str, Any]:
         """The response object before any output (queued, in progress)."""
@@ -284,23 +289,33 @@ class ResponsesService:
         store: Callable[[dict[str, Any]], Awaitable[None]],
         *,
         queued: bool = False,
+        stopping: Callable[[], bool] | None = None,
     ) -> AsyncIterator[Event]:
         """The Responses events of a started chat stream. The stream is closed (so settled, and its cost known)
-        before the closing events, and `store` writes the final response before they are yielded."""
+        before the closing events, and `store` writes the final response before they are yielded. Once
+        `stopping()` (checked before each read of the upstream) the stream is closed there and the open item
+        closed (`ResponseEvents.cancel`): the response keeps what was produced, with the usage it was charged."""
         events = ResponseEvents(self.skeleton(prepared, "in_progress"))
+        stopped = stopping or (lambda: False)
         try:
             for event in events.start(queued=queued):
                 yield event
+            closing: list[Event] | None = None
             try:
-                async for chunk in stream:
-                    for event in events.feed(cast(dict[str, Any], chunk)):
-                        yield event
+                if not stopped():
+                    async for chunk in stream:
+                        for event in events.feed(cast(dict[str, Any], chunk)):
+                            yield event
+                        if stopped():
+                            break
+                    else:
+                        closing = events.finish()
             except Exception as exc:
                 err = exc if isinstance(exc, GatewayError) else InternalError(f"The stream failed ({ctx.request_id}).")
                 closing = events.fail(error_of(err))
-            else:
-                closing = events.finish()
             await stream.aclose()
+            if closing is None:  # stopped: the usage is what the closed stream was settled for
+                closing = events.cancel(settled_usage(ctx))
             await store(events.response)
             for event in closing:
                 yield event
@@ -406,14 +421,7 @@ class ResponsesService:
             if after not in ids:
                 raise InvalidRequest(f"No input item with id '{after}' to list after.", param="after")
             items = items[ids.index(after) + 1 :]
-        page = items[:limit]
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": page[0].get("id") if page else None,
-            "last_id": page[-1].get("id") if page else None,
-            "has_more": len(items) > limit,
-        }
+        return cast(dict[str, Any], list_page(items[:limit], len(items) > limit))
 
     async def input_tokens(self, ctx: Context, request: GatewayRequest[ResponsesRequest]) -> dict[str, Any]:
         """`POST /v1/responses/input_tokens`: the prompt this request would send, counted as the gateway
@@ -449,6 +457,27 @@ class ResponsesService:
                     yield orjson.loads(data)
                 return
             await asyncio.sleep(self.config.follow_poll_s)
+
+
+def settled_usage(ctx: Context) -> dict[str, Any]:
+    """The usage a settled stream was charged for (accounts/guard.py prices the same): the provider's, or for a
+    stream cut before it came, the prompt as counted and the output estimated from what was delivered."""
+    if ctx.usage:
+        return dict(ctx.usage)
+    prompt = ctx.prompt_tokens_counted if ctx.prompt_tokens_counted is not None else ctx.prompt_tokens_estimate
+    output = estimate_output_tokens(ctx.output_chars)
+    return {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output}
+
+
+async def _until(events: AsyncIterator[Event], stopping: Callable[[], bool]) -> AsyncIterator[Event]:
+    """`events` until `stopping()` (checked after each), then closed (a native stream: settled there)."""
+    try:
+        async for event in events:
+            yield event
+            if stopping():
+                return
+    finally:
+        await aclose_quietly(events)
 
 
 async def aclose_quietly(events: AsyncIterator[Event]) -> None:
