@@ -8,8 +8,10 @@ request (`ResponsesService.prepare`, `Pipeline.chat_stream`, `ResponsesService.e
 appended to `response_events` in small batches, each append fenced by the run's lease token and renewing the
 lease; the last one writes the finished row (status, response, history, cost) in the same transaction.
 
-- Cancelled (`POST .../cancel` marks the row): the next append finds it so and the run stops; closing the
-  stream settles what was produced, and that cost is recorded on the row.
+- Cancelled (`POST .../cancel` marks the row): the next append finds it so, and the stream stops before its
+  next upstream read: closing it settles what was produced, the open item is closed (its `.done` events
+  appended, as OpenAI's cancelled stream ends), and the row keeps the response as it stood (the output
+  streamed, the usage charged) and that cost. The run holds its lease until then, so a follower reads it all.
 - Refused by the gateway itself for a rate or concurrency limit, or an outage (429, 503), before any upstream
   call: queued again after the wait the error names (else a backoff), up to five attempts. Any other
   refusal, and an upstream's error on every deployment, fails it, uncharged.
@@ -35,8 +37,16 @@ import orjson
 
 from inferplex.context import Context
 from inferplex.errors import GatewayError, InternalError
+from inferplex.responses_api import translate
 from inferplex.responses_api.events import ResponseEvents
-from inferplex.responses_api.service import Event, ResponsesService, aclose_quietly, error_of, history_of
+from inferplex.responses_api.service import (
+    Event,
+    ResponsesService,
+    aclose_quietly,
+    error_of,
+    history_of,
+    settled_usage,
+)
 from inferplex.responses_api.store import TERMINAL, StoredResponse, dumps
 from inferplex.responses_api.wire import parse
 from inferplex.store.backend import unreachable
@@ -137,14 +147,21 @@ class Background:
             if count:
                 await self._interrupted(row, token, count)
                 return
-        if not await self.rows.fenced(row.id, token, {"status": "in_progress"}):
-            return  # cancelled meanwhile
+        if not await self.rows.fenced(row.id, token, {"status": "in_progress"}):  # cancelled meanwhile: let go
+            await self.rows.fenced(row.id, token, {"claimed_until": None}, active=False)
+            return
         ctx = Context()
+        stopping = asyncio.Event()  # set once the row is found cancelled: the stream then closes what is open
+        kept: list[dict[str, Any]] = []  # the response as the stream ended it
+
+        async def keep(_ctx: Context, _prepared: Any, response: dict[str, Any]) -> None:
+            kept.append(response)
+
         try:
             ctx.principal = await self._principal(row)
             prepared = await self.service.begin(ctx, parse(dict(row.request)), response_id=row.id,
                                                 created_at=row.created_at)  # fmt: skip
-            events = await self.service.open_stream(ctx, prepared, store=None, queued=True)
+            events = await self.service.open_stream(ctx, prepared, store=keep, queued=True, stopping=stopping.is_set)
         except GatewayError as err:
             if err.status in RETRIED and not ctx.attempts and row.attempts < MAX_ATTEMPTS:  # the gateway's own
                 await self._later(row, token, err)
@@ -152,18 +169,29 @@ class Background:
                 await self._failed_early(row, token, ctx, err)
             return
         try:
-            finished = await self._record(row, token, ctx, events, prepared.history, prepared.items)
+            left = await self._record(row, token, ctx, events, prepared.history, prepared.items, stopping)
         except asyncio.CancelledError:  # this replica stops: what was produced is settled, and said so
             await aclose_quietly(events)
             await asyncio.shield(self._stopped(row, token, ctx))
             raise
         finally:
             await aclose_quietly(events)  # closes the stream: settled, for what was produced
-        if not finished:  # cancelled: what it produced is charged, and recorded
-            values = {"cost_micros": ctx.cost_micros, "claimed_until": None}
-            if not await self.rows.fenced(row.id, token, values, active=False):  # stalled past its lease
-                log.warning("background response %s lost its lease while running; charged %s micro-USD for what "
-                            "it produced", row.id, ctx.cost_micros)  # fmt: skip
+        if left is not None:  # cancelled: what it produced is charged, and recorded
+            await self._cancelled(row, token, ctx, left, kept[-1] if kept else None)
+
+    async def _cancelled(
+        self, row: StoredResponse, token: str, ctx: Context, left: list[tuple[int, str]], response: Any
+    ) -> None:
+        """A cancelled run, its stream closed (settled): the events it had not appended (down to the `.done`
+        events closing its open item) appended, and the response as the stream ended it stored, status
+        `cancelled`, with the output it streamed and the usage it was charged for (as OpenAI keeps a cancelled
+        response's output and usage)."""
+        if response is None:  # ended before the stream said anything of it (a native stream)
+            response = {**row.response, "usage": translate.response_usage(settled_usage(ctx))}
+        final = {"response": dumps({**response, "status": "cancelled"}), "cost_micros": ctx.cost_micros}
+        if not await self.rows.append_events(row.id, token, left, None, final, statuses=("cancelled",)):
+            log.warning("background response %s lost its lease while running; charged %s micro-USD for what "
+                        "it produced", row.id, ctx.cost_micros)  # fmt: skip
 
     async def _later(self, row: StoredResponse, token: str, err: GatewayError) -> None:
         """A rate limit or an outage before anything ran: queued again, tried after its wait (or a backoff)."""
@@ -201,20 +229,37 @@ class Background:
         events: Any,
         history: list[dict[str, Any]],
         items: list[dict[str, Any]],
-    ) -> bool:
-        """Append the run's events as they come; the last append finishes the row. False: cancelled."""
+        stopping: asyncio.Event,
+    ) -> list[tuple[int, str]] | None:
+        """Append the run's events as they come; the last append finishes the row: None. Found cancelled (an
+        append refused): `stopping` is set and the stream read on to its end (no further upstream read: the
+        current chunk's events, then the ones closing what is open); the events not appended are returned."""
         pending: list[tuple[int, str]] = []
         flushed = time.monotonic()
         async for event in events:
+            final = event.get("type") in FINAL
+            if stopping.is_set():
+                if not final:  # a cancelled response has no terminal event
+                    pending.append((int(event["sequence_number"]), orjson.dumps(event).decode()))
+                continue
             pending.append((int(event["sequence_number"]), orjson.dumps(event).decode()))
-            if event.get("type") in FINAL:
-                return await self._finish(row, token, ctx, pending, event["response"], history, items)
+            if final:
+                if await self._finish(row, token, ctx, pending, event["response"], history, items):
+                    return None
+                stopping.set()  # cancelled as it finished: its items are closed, its terminal event dropped
+                pending.pop()
+                continue
             started = event.get("type") == "response.in_progress"  # followers see it start at once
             if started or len(pending) >= FLUSH_EVENTS or time.monotonic() - flushed >= FLUSH_S:
                 if not await self.rows.append_events(row.id, token, pending, time.time() + self.config.lease_s):
-                    return False
+                    stopping.set()
+                    continue
                 pending, flushed = [], time.monotonic()
-        return await self.rows.append_events(row.id, token, pending, None, {"next_run_at": None})
+        if stopping.is_set():
+            return pending
+        if await self.rows.append_events(row.id, token, pending, None, {"next_run_at": None}):
+            return None
+        return pending
 
     async def _finish(
         self,
@@ -246,7 +291,8 @@ class Background:
         pending = [(int(e["sequence_number"]), orjson.dumps(e).decode()) for e in events]
         final = {"status": "failed", "response": dumps(translator.response), "completed_at": time.time(),
                  "next_run_at": None, "cost_micros": ctx.cost_micros}  # fmt: skip
-        await self.rows.append_events(row.id, token, pending, None, final)
+        if not await self.rows.append_events(row.id, token, pending, None, final):  # cancelled meanwhile: let go
+            await self.rows.fenced(row.id, token, {"claimed_until": None}, active=False)
 
     async def _interrupted(self, row: StoredResponse, token: str, count: int) -> None:
         """A run whose replica died after it had streamed: failed, with a last event saying so."""

@@ -166,6 +166,20 @@ class ResponseEvents:
         self.response["usage"] = translate.response_usage(self._usage)
         return [self._event("response.failed", response=self._snapshot())]
 
+    def cancel(self, usage: dict[str, Any] | None) -> list[Event]:
+        """A run stopped by its caller (a background response cancelled): the open item closed with its
+        `.done` events, marked incomplete, as OpenAI's cancelled response ends its stream, and the response as
+        it stands: status `cancelled`, the output so far, and `usage` (chat's, as the stream was settled: what
+        was charged). There is no terminal event for a cancel; the stream ends with the closed item."""
+        out = self._close("incomplete")
+        for call in self._calls.values():
+            if call.status is None:
+                out += self._close_item(call, "incomplete")
+        self.response["status"] = "cancelled"
+        self.response["output"] = [self._item_dict(item, item.status) for item in self._items]
+        self.response["usage"] = translate.response_usage(usage)
+        return out
+
     # ---- deltas ---------------------------------------------------------------------------------------------
 
     def _reasoning(self, delta: str) -> list[Event]:

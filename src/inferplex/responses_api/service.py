@@ -452,7 +452,8 @@ class ResponsesService:
             if found:
                 continue
             row = await self.rows.get(response_id)
-            if row is None or row.status in TERMINAL:
+            # a cancelled run still holds its row while it appends its closing events: followed until let go
+            if row is None or (row.status in TERMINAL and (row.claimed_until or 0) < time.time()):
                 for _seq, data in await self.rows.events_after(response_id, after):
                     yield orjson.loads(data)
                 return

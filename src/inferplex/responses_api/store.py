@@ -180,8 +180,9 @@ class ResponseRows:
             if row is None:
                 return None
             found = _row(row)
-            if found.background and found.status in ACTIVE:
-                values = {"status": "cancelled", "next_run_at": None}
+            if found.background and found.status in ACTIVE:  # its run, if any, then writes what it produced
+                response = dumps({**found.response, "status": "cancelled"})
+                values = {"status": "cancelled", "next_run_at": None, "response": response}
                 conn.execute(update(responses).where(R.id == response_id).values(values))
                 row = conn.execute(select(responses).where(R.id == response_id)).first()
             return _row(row)
@@ -224,13 +225,15 @@ class ResponseRows:
         events: list[tuple[int, str]],
         until: float | None,
         final: dict[str, Any] | None = None,
+        statuses: Sequence[str] = ACTIVE,
     ) -> bool:
-        """Append events (seq, JSON) in one transaction if `token` holds the row and it is still running,
+        """Append events (seq, JSON) in one transaction if `token` holds the row and it is still running (its
+        status one of `statuses`: a cancelled run's closing events are appended to its `cancelled` row),
         renewing the lease to `until`, and write `final` (the finished row's values) in the same transaction:
         False when the run must stop (cancelled, or its lease was taken)."""
 
         def run(conn: Connection) -> bool:
-            where = (R.id == response_id, R.claimed_by == token, R.status.in_(ACTIVE))
+            where = (R.id == response_id, R.claimed_by == token, R.status.in_(statuses))
             values = {"claimed_until": until, **(final or {})}
             if not conn.execute(update(responses).where(*where).values(values)).rowcount:
                 return False
