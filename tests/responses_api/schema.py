@@ -17,7 +17,8 @@ also checks the grammar OpenAI's stream follows and its SDKs' stream helpers rel
 - the terminal response's `output` is the finished items in order, its `status` is the terminal event's,
   and it is `response.created`'s response (same id, and the same about the request: model, tools, ...).
 
-Usage: `check_event(event)`, `check_response(response)`, `check_stream(events) -> final response`.
+Usage: `check_event(event)`, `check_response(response)`, `check_stream(events) -> final response`, and
+`check_cancelled_stream(events) -> finished items` for a background response's stream cut by a cancel.
 """
 
 from __future__ import annotations
@@ -275,9 +276,9 @@ class _Grammar:
         self.open = None
 
 
-def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every event fits its schema and the whole stream follows OpenAI's grammar (module docstring); returns
-    the response of the terminal event."""
+def _opening(events: list[dict[str, Any]]) -> int:
+    """Every event fits its schema, the sequence numbers count from 0, the stream opens as OpenAI's do;
+    the index of `response.in_progress`."""
     assert events, "an empty stream"
     for i, event in enumerate(events):
         check_event(event)
@@ -286,15 +287,37 @@ def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
     assert kinds[0] == "response.created", kinds[:3]
     start = 2 if kinds[1] == "response.queued" else 1
     assert kinds[start] == "response.in_progress", kinds[:3]
+    for event in events[: start + 1]:
+        assert event["response"]["id"] == events[0]["response"]["id"], "the opening events name other responses"
+        assert event["response"]["status"] in ("queued", "in_progress"), event["response"]["status"]
+    return start
+
+
+def check_cancelled_stream(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stream of a background response cancelled while it ran: OpenAI's grammar has no terminal event
+    for a cancel, so it ends once the open item is closed; all before is as `check_stream` wants. Returns
+    the items it finished."""
+    start = _opening(events)
+    kinds = [e["type"] for e in events]
+    assert not TERMINAL.keys() & set(kinds), f"a cancelled stream with a terminal event: {kinds[-3:]}"
+    grammar = _Grammar()
+    for i, event in enumerate(events[start + 1 :], start + 1):
+        grammar.feed(i, event)
+    assert grammar.open is None, f"the stream ended with output item {grammar.open.index} open"
+    return grammar.items
+
+
+def check_stream(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every event fits its schema and the whole stream follows OpenAI's grammar (module docstring); returns
+    the response of the terminal event."""
+    start = _opening(events)
+    kinds = [e["type"] for e in events]
     assert kinds[-1] in TERMINAL, f"the stream ends with {kinds[-1]}, not a terminal event"
     terminal = [i for i, k in enumerate(kinds) if k in TERMINAL]
     assert terminal == [len(kinds) - 1], f"terminal events at {terminal} of {len(kinds)}"
     errors = [i for i, k in enumerate(kinds) if k == "error"]
     assert all(i == len(kinds) - 2 for i in errors), f"an error event at {errors} of {len(kinds)}"
     created = events[0]["response"]
-    for event in events[: start + 1]:
-        assert event["response"]["id"] == created["id"], "the opening events name different responses"
-        assert event["response"]["status"] in ("queued", "in_progress"), event["response"]["status"]
     grammar = _Grammar()
     for i, event in enumerate(events[start + 1 : -1], start + 1):
         if event["type"] != "error":

@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from tests.responses_api.schema import check_event, check_response, check_stream, problems, sse_events
+from tests.responses_api.schema import (
+    check_cancelled_stream,
+    check_event,
+    check_response,
+    check_stream,
+    problems,
+    sse_events,
+)
 
 RESPONSE: dict[str, Any] = {
     "id": "resp_67c9fdcecf488190bdd9a0409de3a1ec07b8b0ad4e5eb654",
@@ -185,3 +192,12 @@ def test_event_and_response_schemas_report_where() -> None:
         check_event({"type": "response.nope", "sequence_number": 0})
     with pytest.raises(AssertionError, match="ResponseTextDeltaEvent"):
         check_event({"type": "response.output_text.delta", "sequence_number": 0})
+
+
+def test_a_cancelled_stream_ends_once_its_open_item_is_closed() -> None:
+    events = openai_stream()
+    assert check_cancelled_stream(events[:9]) == [events[8]["item"]]
+    with pytest.raises(AssertionError, match="open"):
+        check_cancelled_stream(events[:7])
+    with pytest.raises(AssertionError, match="terminal"):
+        check_cancelled_stream(events)

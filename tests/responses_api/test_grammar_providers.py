@@ -30,7 +30,7 @@ import pydantic
 import pytest
 
 from tests.gateway_server import GatewayServer
-from tests.responses_api.schema import check, check_response, check_stream, sse_events
+from tests.responses_api.schema import check, check_cancelled_stream, check_response, check_stream, sse_events
 from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
     LONG_INPUT,
     TIME_TOOL,
@@ -277,9 +277,10 @@ def test_cancelled_background_response_fits_the_schema(gateway: GatewayServer, f
     assert len(hangups(kind, fakes)) > before, "the upstream call went on after the cancel"
 
 
-# found by this test, reported: on a cancel the run stops where it is: the events end mid-item (no `.done`
-# events) and the stored response keeps none of the text it streamed and was charged for, nor its usage
 def test_cancelled_background_response_keeps_what_it_produced(gateway: GatewayServer) -> None:
+    """Cancelled while it streams: the stream closes its open item and ends (OpenAI's grammar has no event
+    for a cancel), and the stored response keeps the text streamed and the usage charged for it. (This test
+    found the events ending mid-item and the stored response empty; fixed in 3ebd2bf.)"""
     body = {"model": model("anthropic", "slow"), "input": "tell me", "background": True, "stream": True}
     text, cancelled = "", False
     with httpx.stream("POST", gateway.base_url + "/responses", json=body, headers=gateway.auth, timeout=60) as r:
@@ -295,7 +296,8 @@ def test_cancelled_background_response_keeps_what_it_produced(gateway: GatewaySe
     streamed_text = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
     assert stored["status"] == "cancelled" and stored["usage"] is not None, stored
     assert [part["text"] for item in stored["output"] for part in item["content"]] == [streamed_text]
-    assert events[-1]["type"] == "response.output_item.done", [e["type"] for e in events[-3:]]
+    assert stored["output"] == check_cancelled_stream(events)
+    check_response(stored)
 
 
 @pytest.mark.parametrize("kind", kinds("tool"))
