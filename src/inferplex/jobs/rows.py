@@ -41,6 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection
 
 from inferplex.store.backend import Database
+from inferplex.store.leasing import claim_due
 
 metadata = MetaData()
 
@@ -214,23 +215,8 @@ class JobRows:
         await self.db.write(lambda conn: conn.execute(statement))
 
     async def claim(self, token: str, now: float, lease_s: float, limit: int) -> list[Job]:
-        """Due jobs nobody holds, leased to `token` until `now + lease_s`. A read first: a gateway with no due
-        job (nearly always) costs one indexed read per look, not a write transaction."""
-        free = or_(J.claimed_until.is_(None), J.claimed_until < now)
-        any_due = select(J.id).where(J.next_poll_at <= now, free).limit(1)
-        if await self.db.read(lambda conn: conn.execute(any_due).first()) is None:
-            return []
-
-        def run(conn: Connection) -> list[Job]:
-            due = select(J.id).where(J.next_poll_at <= now, free).order_by(J.next_poll_at).limit(limit)
-            ids = list(conn.execute(due.with_for_update(skip_locked=True)).scalars())
-            if not ids:
-                return []
-            lease = {"claimed_by": token, "claimed_until": now + lease_s}
-            conn.execute(update(media_jobs).where(J.id.in_(ids), free).values(lease))
-            return [_job(r) for r in conn.execute(select(media_jobs).where(J.id.in_(ids), J.claimed_by == token))]
-
-        return await self.db.write(run)
+        """Due jobs nobody holds, leased to `token` (store/leasing.py)."""
+        return [_job(r) for r in await claim_due(self.db, media_jobs, J.next_poll_at, token, now, lease_s, limit)]
 
     async def fenced(self, job_id: str, token: str, values: dict[str, Any], *, statuses: Sequence[str] = ()) -> bool:
         """Write `values` if `token` still holds the job's lease (and its status is one of `statuses`, if given)."""

@@ -32,13 +32,13 @@ from sqlalchemy import (
     Text,
     delete,
     func,
-    or_,
     select,
     update,
 )
 from sqlalchemy.engine import Connection
 
 from inferplex.store.backend import Database
+from inferplex.store.leasing import claim_due
 
 metadata = MetaData()
 
@@ -192,23 +192,9 @@ class ResponseRows:
     # ---- background runs ----------------------------------------------------------------------------------
 
     async def claim(self, token: str, now: float, lease_s: float, limit: int) -> list[StoredResponse]:
-        """Due rows nobody holds, leased to `token` until `now + lease_s` (a read first: an idle gateway costs
-        one indexed read per look, not a write transaction)."""
-        free = or_(R.claimed_until.is_(None), R.claimed_until < now)
-        any_due = select(R.id).where(R.next_run_at <= now, free).limit(1)
-        if limit <= 0 or await self.db.read(lambda conn: conn.execute(any_due).first()) is None:
-            return []
-
-        def run(conn: Connection) -> list[StoredResponse]:
-            due = select(R.id).where(R.next_run_at <= now, free).order_by(R.next_run_at).limit(limit)
-            ids = list(conn.execute(due.with_for_update(skip_locked=True)).scalars())
-            if not ids:
-                return []
-            lease = {"claimed_by": token, "claimed_until": now + lease_s, "attempts": R.attempts + 1}
-            conn.execute(update(responses).where(R.id.in_(ids), free).values(lease))
-            return [_row(r) for r in conn.execute(select(responses).where(R.id.in_(ids), R.claimed_by == token))]
-
-        return await self.db.write(run)
+        """Due rows nobody holds, leased to `token` (store/leasing.py), each claim counted in `attempts`."""
+        also = {"attempts": R.attempts + 1}
+        return [_row(r) for r in await claim_due(self.db, responses, R.next_run_at, token, now, lease_s, limit, also)]
 
     async def fenced(self, response_id: str, token: str, values: dict[str, Any], *, active: bool = True) -> bool:
         """Write `values` if `token` still holds the row (and, with `active`, it is not cancelled meanwhile)."""
