@@ -140,6 +140,23 @@ def test_anthropics_own_details_reach_an_anthropic_upstream(
     assert sent["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}
 
 
+def test_anthropics_own_details_stay_off_an_openai_compatible_upstream(
+    server: GatewayServer, admin: Admin, fake_openai: FakeOpenAI
+) -> None:
+    """The same details on a line served by an OpenAI-compatible upstream are not sent there (OpenAI refuses
+    unknown arguments), as `/v1/messages` leaves them off: the line runs as that route runs it."""
+    client, _ = new_client(server, admin)
+    content = [{"type": "text", "text": "plain upstream", "cache_control": {"type": "ephemeral"}}]
+    params = {"model": "priced", "max_tokens": 50, "top_k": 7, "messages": [{"role": "user", "content": content}]}
+    made = client.messages.batches.create(requests=[{"custom_id": "plain", "params": params}])  # type: ignore[list-item,typeddict-item]
+    ended(client, made.id)
+    (result,) = list(client.messages.batches.results(made.id))
+    assert result.result.type == "succeeded", result
+    sent = [r.body for r in fake_openai.state.requests if "plain upstream" in str(r.body.get("messages"))]
+    assert sent, "the line never reached the upstream"
+    assert "top_k" not in sent[-1] and "cache_control" not in str(sent[-1]), sent[-1]
+
+
 def test_create_refusals_name_the_request_and_field(server: GatewayServer, admin: Admin) -> None:
     client, _ = new_client(server, admin)
     no_max_tokens = {"custom_id": "b", "params": {"model": "priced", "messages": [{"role": "user", "content": "x"}]}}

@@ -138,7 +138,8 @@ def check_lines(lines: Iterable[LineInput], endpoint: str) -> list[tuple[int, st
 
 
 def supported(endpoint: str) -> bool:
-    return endpoint in ENDPOINTS
+    """OpenAI's batch endpoints, and any another module registered (`runners.register`)."""
+    return endpoint in ENDPOINTS or endpoint in CHECKS
 
 
 def request_line_id(batch_id: str, line_no: int) -> str:

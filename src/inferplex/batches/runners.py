@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferplex.accounts.guard import add_cost
+from inferplex.batches.lines import CHECKS
 from inferplex.canonical import ChatRequest, EmbeddingRequest
 from inferplex.context import Context
 from inferplex.errors import InvalidRequest
@@ -61,3 +62,12 @@ RUNNERS: dict[str, Runner] = {
     "/v1/embeddings": embeddings,
     "/v1/responses": responses,
 }
+
+
+def register(endpoint: str, runner: Runner, check: Callable[[dict[str, Any]], None]) -> None:
+    """Batches of another dialect's route, run its way: `check` parses a line's body at creation (raising
+    ValueError or GatewayError), `runner` runs it. Anthropic's Message Batches register `/v1/messages`
+    (dialects/anthropic/batches.py), whose lines must reach an OpenAI-compatible upstream without the
+    Anthropic-only fields, as `/v1/messages` sends them."""
+    RUNNERS[endpoint] = runner
+    CHECKS[endpoint] = check

@@ -27,6 +27,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from inferplex.accounts.guard import add_cost
+from inferplex.batches.runners import Env, register
 from inferplex.batches.service import Batch, BatchService, LineInput, LineResult
 from inferplex.canonical import ChatRequest, parse
 from inferplex.context import Context
@@ -44,7 +46,7 @@ from inferplex.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 from inferplex.gateway_request import NO_OPTIONS, GatewayRequest
 from inferplex.services import Services
 
-ENDPOINT = "/v1/chat/completions"
+ENDPOINT = "/v1/messages"  # the lines run as /v1/messages runs them (`_run`, registered below)
 MAX_PAGE = 1000
 # Anthropic's error type for each status (as the dialect's routes render them; the rest 400 or 5xx).
 ERROR_TYPES = {
@@ -118,6 +120,20 @@ def individual_response(line: LineResult) -> MessageBatchIndividualResponse:
 def line_request(body: dict[str, Any]) -> GatewayRequest[ChatRequest]:
     """The chat request a line of an Anthropic batch runs: as `/v1/messages` runs it (routes._canonical)."""
     return GatewayRequest(parse(ChatRequest, body), NO_OPTIONS, strip_anthropic(body), strip_anthropic)
+
+
+async def _run(env: Env, ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    """One line, on the batch worker's pipeline, as `/v1/messages` runs it."""
+    response = await env.pipeline.chat(line_request(body), ctx)
+    add_cost(response, ctx)
+    return dict(response)
+
+
+def _check(body: dict[str, Any]) -> None:
+    parse(ChatRequest, body)
+
+
+register(ENDPOINT, _run, _check)
 
 
 def lines_of(request: CreateMessageBatch, betas: list[str]) -> list[LineInput]:
