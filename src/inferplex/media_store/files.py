@@ -30,6 +30,7 @@ media_files = Table(
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float),
     Index("ix_media_files_expires_at", "expires_at"),
+    Index("ix_media_files_owner_created", "owner", "created_at", "id"),
 )
 F = media_files.c
 

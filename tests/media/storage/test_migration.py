@@ -1,5 +1,5 @@
-"""Migration 0011 creates `media_files` as media_store/files.py describes it, and its downgrade removes it,
-on SQLite and on PostgreSQL."""
+"""Migration 0011 creates `media_files` as media_store/files.py describes it (with 0015's owner index), and
+its downgrade removes it, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ def test_0011_up_down_up(engine: str, tmp_path: Path, request: pytest.FixtureReq
     url = sqlite_url(tmp_path) if engine == "sqlite" else request.getfixturevalue("pg_url")
     up, down, again = down_and_up(url, "0010", _look)
     expected = {c.name for c in media_files.columns}
-    assert up == (True, expected, {"ix_media_files_expires_at"})
+    assert up == (True, expected, {i.name for i in media_files.indexes})
+    assert up[2] == {"ix_media_files_expires_at", "ix_media_files_owner_created"}
     assert down == (False, set(), set())
     assert again == up
