@@ -4,29 +4,16 @@ the run fails at once, charged and recorded for what it produced, and its stored
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
 import openai
 import pytest
 
-from inferplex.responses_api.store import ResponseRows, StoredResponse
-from inferplex.store.engine import open_database
 from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
-
-
-def _read(url: str, response_id: str) -> StoredResponse | None:
-    async def read() -> StoredResponse | None:
-        db = open_database(url)
-        try:
-            return await ResponseRows(db).get(response_id)
-        finally:
-            await db.aclose()
-
-    return asyncio.run(read())
+from tests.responses_api.conftest import stored_row
 
 
 def test_a_stopping_gateway_fails_its_runs_charged_for_what_they_produced(
@@ -49,7 +36,7 @@ def test_a_stopping_gateway_fails_its_runs_charged_for_what_they_produced(
         admin.close()
     finally:
         gateway.stop()
-    row = _read(url, queued.id)
+    row = stored_row(url, queued.id)
     assert row is not None and row.status == "failed" and row.cost_micros
     error = row.response["error"]
     assert f"charged {row.cost_micros} micro-USD" in error["message"]
@@ -85,11 +72,13 @@ def test_a_run_over_its_key_s_rate_limit_waits_queued(fake_openai: FakeOpenAI, t
             first = client.responses.create(model="echo-model", input="first", background=True)
             second = client.responses.create(model="echo-model", input="second", background=True)
             deadline = time.monotonic() + 10
-            while (row := _read(config["storage"]["database_url"], second.id)) is None or row.attempts < 1:
+            while (row := stored_row(config["storage"]["database_url"], second.id)) is None or row.attempts < 1:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             time.sleep(0.5)
-            ran = {r.id: r for r in (_read(config["storage"]["database_url"], i) for i in (first.id, second.id)) if r}
+            ran = {
+                r.id: r for r in (stored_row(config["storage"]["database_url"], i) for i in (first.id, second.id)) if r
+            }
         statuses = sorted(r.status for r in ran.values())
         assert statuses == ["completed", "queued"], statuses
         waiting = next(r for r in ran.values() if r.status == "queued")

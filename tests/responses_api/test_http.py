@@ -5,7 +5,6 @@ records against the account's ledger."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,11 +13,10 @@ import httpx
 import openai
 import pytest
 
-from inferplex.responses_api.store import ResponseRows, StoredResponse
-from inferplex.store.engine import open_database
 from tests.accounts.conftest import Admin, billing_config, pg_url  # noqa: F401
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
+from tests.responses_api.conftest import stored
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -38,34 +36,6 @@ def server(
     )
     with GatewayServer(config) as gw:
         yield gw
-
-
-@pytest.fixture(scope="module")
-def account(server: GatewayServer) -> Iterator[tuple[str, str]]:
-    """A key with an account and credits: (key, account id)."""
-    admin = Admin(server.url, server.master_key)
-    created = admin.create_key(scopes=["chat"], credits_micros=10**7)
-    admin.close()
-    yield created["key"], created["account_id"]
-
-
-@pytest.fixture
-def client(server: GatewayServer, account: tuple[str, str]) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.base_url, api_key=account[0], max_retries=0) as c:
-        yield c
-
-
-def stored(server: GatewayServer, response_id: str) -> StoredResponse | None:
-    """The stored row, read from the gateway's database as another replica would."""
-
-    async def read() -> StoredResponse | None:
-        db = open_database(str(server.config.storage.database_url))
-        try:
-            return await ResponseRows(db).get(response_id)
-        finally:
-            await db.aclose()
-
-    return asyncio.run(read())
 
 
 def test_buffered_then_retrieve_input_items_delete(client: openai.OpenAI, fake_openai: FakeOpenAI) -> None:

@@ -7,7 +7,6 @@ chain (also one begun on the translated road) sends the whole history, and the c
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,11 +14,10 @@ from typing import Any
 import openai
 import pytest
 
-from inferplex.responses_api.store import ResponseRows, StoredResponse
-from inferplex.store.engine import open_database
 from tests.accounts.conftest import Admin, billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
+from tests.responses_api.conftest import stored
 from tests.responses_api.schema import check_response
 
 
@@ -42,31 +40,6 @@ def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) ->
         )
     with GatewayServer(config) as gw:
         yield gw
-
-
-@pytest.fixture(scope="module")
-def account(server: GatewayServer) -> Iterator[tuple[str, str]]:
-    admin = Admin(server.url, server.master_key)
-    created = admin.create_key(scopes=["chat"], credits_micros=10**7)
-    admin.close()
-    yield created["key"], created["account_id"]
-
-
-@pytest.fixture
-def client(server: GatewayServer, account: tuple[str, str]) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.base_url, api_key=account[0], max_retries=0) as c:
-        yield c
-
-
-def stored(server: GatewayServer, response_id: str) -> StoredResponse | None:
-    async def read() -> StoredResponse | None:
-        db = open_database(str(server.config.storage.database_url))
-        try:
-            return await ResponseRows(db).get(response_id)
-        finally:
-            await db.aclose()
-
-    return asyncio.run(read())
 
 
 def _upstream(fake: FakeOpenAI) -> dict[str, Any]:
