@@ -38,8 +38,9 @@ from tests.responses_api.upstreams import (  # noqa: F401 (fixtures)
 )
 
 # agent -> (the provider kind behind it, the behaviour its model is named after); `gemini-signed` is a thinking
-# model whose call carries a thought signature that must come back with the call next turn (the fake refuses
-# the conversation otherwise)
+# model whose call carries a thought signature that must come back with the call next turn (a call without one
+# would go with Google's placeholder, which the fake accepts, so the exact signature is checked where the parts
+# are compared: test_agent_without_store_sends_signed_reasoning_back, tests/providers/test_gemini.py)
 AGENTS = {
     "openai": ("openai", "tool"),
     "native": ("native", "tool"),
