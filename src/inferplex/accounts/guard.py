@@ -336,17 +336,18 @@ class _Admission:
         self.plan = plan
         self.admitted_at = time.monotonic()  # a rolling window's correction lands where admission counted
 
-    async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
+    def _priced(self, ctx: Context, usage: Usage | None) -> tuple[Tokens, int]:
+        """What the answer used and what it costs, at the price of the deployment and tier that served."""
         price = price_for(ctx.target, ctx.service_tier) if ctx.target is not None else self.model.pricing
         meter = self.family.meter
-        if failed:
-            tokens, cost = Tokens(), 0
-        elif meter is not None:
+        if meter is not None:
             tokens, media = meter.used(self.request.body, ctx.answer)
-            cost = media_cost_micros(price, tokens, media)
-        else:
-            tokens = _tokens(ctx) if usage is None else tokens_of(usage)
-            cost = cost_micros(price, tokens)
+            return tokens, media_cost_micros(price, tokens, media)
+        tokens = _tokens(ctx) if usage is None else tokens_of(usage)
+        return tokens, cost_micros(price, tokens)
+
+    async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
+        tokens, cost = (Tokens(), 0) if failed else self._priced(ctx, usage)
         ctx.cost_micros = cost
         status = 200
         if failed:
@@ -365,14 +366,7 @@ class _Admission:
         """Price the request as `settle` would, but book nothing: the reservation stays held and is handed back
         with the cost, for a caller that must first record the result durably and then settle it once
         (`AccountGuard.settle_deferred`, idempotent per request id): a batch line (batches/worker.py)."""
-        price = price_for(ctx.target, ctx.service_tier) if ctx.target is not None else self.model.pricing
-        meter = self.family.meter
-        if meter is not None:
-            tokens, media = meter.used(self.request.body, ctx.answer)
-            cost = media_cost_micros(price, tokens, media)
-        else:
-            cost = cost_micros(price, _tokens(ctx) if usage is None else tokens_of(usage))
-        ctx.cost_micros = cost
+        ctx.cost_micros = cost = self._priced(ctx, usage)[1]
         return self.defer(ctx), cost
 
     def defer(self, ctx: Context) -> Deferred:
