@@ -21,6 +21,7 @@ from inferplex.errors import InvalidRequest
 from inferplex.families.embeddings import EMBEDDINGS
 from inferplex.gateway_request import parse_request
 from inferplex.pipeline import Pipeline
+from inferplex.responses_api.wire import ResponsesRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +49,6 @@ async def embeddings(env: Env, ctx: Context, body: dict[str, Any]) -> dict[str, 
 
 async def responses(env: Env, ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
     """`/v1/responses`: the Responses service's buffered answer (stored when the body asks, as its route)."""
-    from inferplex.responses_api.wire import ResponsesRequest  # the Responses API is optional to the worker
-
     if env.responses is None:
         raise InvalidRequest("The Responses API is not available on this gateway.", param="url")
     service = env.responses.with_pipeline(env.pipeline)

@@ -23,7 +23,7 @@ from inferplex.canonical import parse
 from inferplex.context import Context
 from inferplex.dialects.failure import error_headers
 from inferplex.dialects.openai_files_wire import BatchError, BatchList, BatchObject
-from inferplex.dialects.openai_responses import list_page
+from inferplex.dialects.paging import limit_of, list_page
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 from inferplex.media_store.store import owner_of
@@ -170,11 +170,9 @@ async def retrieve_batch(request: Request, ctx: Context) -> Response:
 
 
 async def list_batches(request: Request, ctx: Context) -> Response:
-    q = request.query_params
-    raw = q.get("limit", "20")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
-        raise InvalidRequest(f"Invalid 'limit': an integer from 1 to {MAX_PAGE}.", param="limit")
-    found, more = await service_of(request).page(ctx, "openai", after=q.get("after") or None, limit=int(raw))
+    limit = limit_of(request, 20, MAX_PAGE)
+    after = request.query_params.get("after") or None
+    found, more = await service_of(request).page(ctx, "openai", after=after, limit=limit)
     data = [batch_object(b) for b in found]
     body: BatchList = list_page(data, more)
     return json_response(body, ctx.headers())

@@ -30,7 +30,7 @@ from inferplex.dialects.openai_files_wire import (
     FileObject,
     FilePurpose,
 )
-from inferplex.dialects.openai_responses import list_page
+from inferplex.dialects.paging import limit_of, list_page, order_of
 from inferplex.edge import endpoint, json_response
 from inferplex.errors import GatewayError, InvalidRequest, NotFound, Unavailable
 from inferplex.media_store.files import StoredFile
@@ -131,16 +131,11 @@ async def create_file(request: Request, ctx: Context) -> Response:
 
 def _page_args(request: Request) -> tuple[str | None, int, bool, str | None]:
     q = request.query_params
-    raw = q.get("limit", str(MAX_PAGE))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
-        raise InvalidRequest(f"Invalid 'limit': an integer from 1 to {MAX_PAGE}.", param="limit")
-    order = q.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("Invalid 'order': 'asc' or 'desc'.", param="order")
+    limit, order = limit_of(request, MAX_PAGE, MAX_PAGE), order_of(request)
     purpose = q.get("purpose") or None
     if purpose is not None and purpose not in LISTED:
         raise InvalidRequest(f"Invalid 'purpose': one of {', '.join(FILE_PURPOSES)}.", param="purpose")
-    return q.get("after") or None, int(raw), order == "desc", purpose
+    return q.get("after") or None, limit, order == "desc", purpose
 
 
 async def list_files(request: Request, ctx: Context) -> Response:

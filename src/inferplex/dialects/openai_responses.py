@@ -198,15 +198,3 @@ class EndpointList(TypedDict):
 
 class Health(TypedDict):
     status: Literal["ok"]
-
-
-def list_page(data: list[Any], more: bool) -> Any:
-    """OpenAI's cursor page (files, batches, videos, a response's input items): the page's first and last
-    ids and whether more follow. Typed `Any` so each route returns it as its own list TypedDict."""
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0].get("id") if data else None,
-        "last_id": data[-1].get("id") if data else None,
-        "has_more": more,
-    }

@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from inferplex.context import Context
 from inferplex.dialects.failure import error_headers, stream_failure
+from inferplex.dialects.paging import limit_of, order_of
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, Unavailable
 from inferplex.responses_api.service import ResponsesService
@@ -117,15 +118,9 @@ async def cancel_response(request: Request, ctx: Context) -> Response:
 
 
 async def list_input_items(request: Request, ctx: Context) -> Response:
-    q = request.query_params
-    raw = q.get("limit", "20")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
-        raise InvalidRequest(f"Invalid 'limit': an integer from 1 to {MAX_PAGE}.", param="limit")
-    order = q.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("Invalid 'order': 'asc' or 'desc'.", param="order")
-    after = q.get("after") or None
-    page = await _service(request).input_items(ctx, request.path_params["response_id"], after, int(raw), order)
+    limit, order = limit_of(request, 20, MAX_PAGE), order_of(request)
+    after = request.query_params.get("after") or None
+    page = await _service(request).input_items(ctx, request.path_params["response_id"], after, limit, order)
     return json_response(page, ctx.headers())
 
 

@@ -22,8 +22,8 @@ from starlette.routing import Route
 from inferplex.canonical import parse
 from inferplex.context import Context
 from inferplex.dialects.failure import error_headers
-from inferplex.dialects.openai_responses import list_page
 from inferplex.dialects.openai_videos_responses import Video, VideoDeleted, VideoList
+from inferplex.dialects.paging import limit_of, list_page, order_of
 from inferplex.dialects.registry import Rendering
 from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest, Unavailable
@@ -119,17 +119,11 @@ async def retrieve_video(request: Request, ctx: Context) -> Response:
 
 
 def _page_args(request: Request) -> tuple[str | None, int, str]:
-    q = request.query_params
-    raw = q.get("limit", "20")
-    if not raw.isdigit() or not 0 <= int(raw) <= MAX_PAGE:
-        raise InvalidRequest(f"Invalid 'limit': an integer from 0 to {MAX_PAGE}.", param="limit")
-    order = q.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise InvalidRequest("Invalid 'order': 'asc' or 'desc'.", param="order")
-    after = q.get("after") or None
+    limit, order = limit_of(request, 20, MAX_PAGE, minimum=0), order_of(request)
+    after = request.query_params.get("after") or None
     if after is not None and len(after) > 200:
         raise InvalidRequest("Invalid 'after': not a video id.", param="after")
-    return after, int(raw), order
+    return after, limit, order
 
 
 async def list_videos(request: Request, ctx: Context) -> Response:

@@ -38,7 +38,7 @@ from inferplex.auth import Authenticator
 from inferplex.canonical import ChatRequest, parse
 from inferplex.config import ResponsesConfig
 from inferplex.context import Context
-from inferplex.dialects.openai_responses import list_page
+from inferplex.dialects.paging import list_page
 from inferplex.errors import GatewayError, InternalError, InvalidRequest, NotFound
 from inferplex.families.chat import CHAT
 from inferplex.gateway_request import GatewayRequest
