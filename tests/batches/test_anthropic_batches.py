@@ -6,8 +6,7 @@ both ways; cancel; delete; and the renderings of a batch and of each result kind
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -20,7 +19,7 @@ from inferplex.dialects.anthropic.batches import individual_response, line_reque
 from inferplex.dialects.anthropic.batches_wire import CreateMessageBatch
 from inferplex.errors import InvalidRequest
 from tests.accounts.conftest import Admin
-from tests.batches.test_openai_batches import CREDITS, batches_config, chat_line, jsonl
+from tests.batches.test_openai_batches import CREDITS, batches_config, chat_line, jsonl, wait_for
 from tests.fakes.anthropic_upstream import FakeAnthropic
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -55,13 +54,6 @@ def server(
             yield s
 
 
-@pytest.fixture(scope="module")
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def new_client(server: GatewayServer, admin: Admin) -> tuple[anthropic.Anthropic, str]:
     made = admin.create_key(credits_micros=CREDITS)
     return anthropic.Anthropic(api_key=made["key"], base_url=server.url, max_retries=0, timeout=30), made["account_id"]
@@ -70,14 +62,6 @@ def new_client(server: GatewayServer, admin: Admin) -> tuple[anthropic.Anthropic
 def request(custom_id: str, text: str, model: str = "priced", **params: Any) -> dict[str, Any]:
     messages = [{"role": "user", "content": text}]
     return {"custom_id": custom_id, "params": {"model": model, "max_tokens": 50, "messages": messages, **params}}
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
-    return found
 
 
 def ended(client: anthropic.Anthropic, batch_id: str) -> Any:

@@ -53,13 +53,6 @@ def server(
         yield stack.enter_context(GatewayServer(config))
 
 
-@pytest.fixture(scope="module")
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def client(server: GatewayServer, admin: Admin) -> openai.OpenAI:
     """A client with a key of its own (and an account of its own: files are the account's)."""
     key = admin.create_key(credits_micros=1_000_000)["key"]

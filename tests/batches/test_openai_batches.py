@@ -42,13 +42,6 @@ def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) ->
         yield s
 
 
-@pytest.fixture(scope="module")
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def new_client(server: GatewayServer, admin: Admin) -> tuple[openai.OpenAI, str]:
     """A client with a key and an account of its own: (client, account id)."""
     made = admin.create_key(credits_micros=CREDITS)
