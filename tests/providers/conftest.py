@@ -108,6 +108,20 @@ def _native_keys() -> Iterator[None]:
     mp.undo()
 
 
+def every_kind(
+    openai: FakeOpenAI, anthropic: FakeAnthropic, gemini: FakeGemini, azure: FakeAzure, bedrock: FakeBedrock
+) -> list[dict[str, Any]]:
+    """One provider of each kind on its fake (and the bundled local model), named as the suites address them."""
+    return [
+        {"name": "oa", "kind": "openai", "base_url": openai.base_url, "api_key": "env:FAKE_UPSTREAM_KEY"},
+        {"name": "az", "kind": "azure", "base_url": azure.url, "api_key": "env:FAKE_AZURE_KEY"},
+        {"name": "claude", "kind": "anthropic", "base_url": anthropic.url, "api_key": "env:FAKE_ANTHROPIC_KEY"},
+        {"name": "gem", "kind": "gemini", "base_url": gemini.url + "/v1beta", "api_key": "env:FAKE_GEMINI_KEY"},
+        {"name": "br", "kind": "bedrock", "base_url": bedrock.url, "options": {"region": "us-east-1"}},
+        {"name": "local", "kind": "local"},
+    ]
+
+
 def _model(name: str, provider: str, upstream: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "deployments": [{"provider": provider, "model": upstream}], **extra}
 

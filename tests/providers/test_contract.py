@@ -42,6 +42,7 @@ from tests.fakes.bedrock_upstream import FakeBedrock
 from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
+from tests.providers.conftest import every_kind
 
 KINDS = ("openai", "azure", "anthropic", "gemini", "bedrock", "local")
 PROVIDER = {"openai": "oa", "azure": "az", "anthropic": "claude", "gemini": "gem", "bedrock": "br", "local": "local"}
@@ -129,14 +130,7 @@ def gateway(
     fake_azure: FakeAzure,
     fake_bedrock: FakeBedrock,
 ) -> Iterator[GatewayServer]:
-    providers = [
-        {"name": "oa", "kind": "openai", "base_url": fake_openai.base_url, "api_key": "env:FAKE_UPSTREAM_KEY"},
-        {"name": "az", "kind": "azure", "base_url": fake_azure.url, "api_key": "env:FAKE_AZURE_KEY"},
-        {"name": "claude", "kind": "anthropic", "base_url": fake_anthropic.url, "api_key": "env:FAKE_ANTHROPIC_KEY"},
-        {"name": "gem", "kind": "gemini", "base_url": fake_gemini.url + "/v1beta", "api_key": "env:FAKE_GEMINI_KEY"},
-        {"name": "br", "kind": "bedrock", "base_url": fake_bedrock.url, "options": {"region": "us-east-1"}},
-        {"name": "local", "kind": "local"},
-    ]
+    providers = every_kind(fake_openai, fake_anthropic, fake_gemini, fake_azure, fake_bedrock)
     models: list[dict[str, Any]] = []
     for behaviour, by_kind in ROWS.items():
         for kind, upstream in by_kind.items():

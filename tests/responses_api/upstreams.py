@@ -26,7 +26,7 @@ from tests.fakes.bedrock_upstream import FakeBedrock
 from tests.fakes.gemini_upstream import FakeGemini
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
-from tests.providers.conftest import _native_keys, fake_anthropic, fake_azure, fake_bedrock, fake_gemini
+from tests.providers.conftest import _native_keys, every_kind, fake_anthropic, fake_azure, fake_bedrock, fake_gemini
 
 # the fixtures this module's own are built on, re-exported: a test module imports them with `gateway_fixture`
 # (pytest finds a fixture in the test module's namespace)
@@ -170,21 +170,9 @@ def gateway_fixture(
     fake_azure: FakeAzure,
     fake_bedrock: FakeBedrock,
 ) -> Iterator[GatewayServer]:
-    providers = [
-        {"name": "oa", "kind": "openai", "base_url": fake_openai.base_url, "api_key": "env:FAKE_UPSTREAM_KEY"},
-        {
-            "name": "oa-native",
-            "kind": "openai",
-            "base_url": fake_openai.base_url,
-            "api_key": "env:FAKE_UPSTREAM_KEY",
-            "options": {"responses_api": True},
-        },
-        {"name": "az", "kind": "azure", "base_url": fake_azure.url, "api_key": "env:FAKE_AZURE_KEY"},
-        {"name": "claude", "kind": "anthropic", "base_url": fake_anthropic.url, "api_key": "env:FAKE_ANTHROPIC_KEY"},
-        {"name": "gem", "kind": "gemini", "base_url": fake_gemini.url + "/v1beta", "api_key": "env:FAKE_GEMINI_KEY"},
-        {"name": "br", "kind": "bedrock", "base_url": fake_bedrock.url, "options": {"region": "us-east-1"}},
-        {"name": "local", "kind": "local"},
-    ]
+    providers = every_kind(fake_openai, fake_anthropic, fake_gemini, fake_azure, fake_bedrock)
+    native = {**providers[0], "name": "oa-native", "options": {"responses_api": True}}
+    providers.insert(1, native)
     models: list[dict[str, Any]] = []
     for behaviour, by_kind in ROWS.items():
         for kind, upstream in by_kind.items():
