@@ -126,6 +126,19 @@ def test_errors_in_openai_shape(client: openai.OpenAI, server: GatewayServer) ->
     assert raw.status_code == 400 and raw.json()["error"]["param"] == "model"
 
 
+@pytest.mark.parametrize("mode", [{}, {"stream": True}, {"background": True}])
+def test_a_conversation_is_refused_on_every_road(
+    client: openai.OpenAI, fake_openai: FakeOpenAI, mode: dict[str, bool]
+) -> None:
+    """`conversation` is not served: a 400 naming it, buffered, streamed or in the background, before any
+    upstream call or stored row."""
+    before = len(fake_openai.state.requests)
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.responses.create(model="echo-model", input="x", conversation="conv_1", **mode)  # type: ignore[call-overload]
+    assert bad.value.body["param"] == "conversation"  # type: ignore[index]
+    assert len(fake_openai.state.requests) == before
+
+
 def test_another_accounts_response_is_a_404(client: openai.OpenAI, server: GatewayServer) -> None:
     mine = client.responses.create(model="echo-model", input="mine")
     admin = Admin(server.url, server.master_key)

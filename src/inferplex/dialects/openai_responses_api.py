@@ -73,12 +73,6 @@ async def create_response(request: Request, ctx: Context) -> Response:
     raw = dict(data) if isinstance(data, dict) else data
     parsed = parse(data)
     body = parsed.body
-    if body.conversation is not None:
-        raise InvalidRequest(
-            "'conversation' is not supported by this gateway: continue a conversation with previous_response_id.",
-            param="conversation",
-            code="unsupported_parameter",
-        )
     if body.background:
         response = await service.start_background(ctx, parsed, raw)
         if body.stream:

@@ -158,7 +158,15 @@ class ResponsesService:
     ) -> Prepared:
         """The run's id and time, its stored input items and the history it continues (a 404 for another
         owner's or an unknown `previous_response_id`), and the caller's files they name by `file_id`, read
-        (a 400 naming the place of one that cannot be), before anything is reserved or stored."""
+        (a 400 naming the place of one that cannot be), before anything is reserved or stored. Every road
+        starts here (the route, a background run, a batch line; native or translated), so what none of them
+        serves is refused here, once: `conversation`."""
+        if request.body.conversation is not None:
+            raise InvalidRequest(
+                "'conversation' is not supported by this gateway: continue a conversation with previous_response_id.",
+                param="conversation",
+                code="unsupported_parameter",
+            )
         history = await self.history(ctx, request.body)
         items = translate.input_items(request.body)
         places = files.wanted(
