@@ -46,6 +46,7 @@ from inferplex.media_store.store import MediaStore
 from inferplex.pipeline import Pipeline
 from inferplex.responses import Usage
 from inferplex.store.backend import unreachable
+from inferplex.store.leasing import look_forever
 
 log = logging.getLogger("inferplex.batches")
 
@@ -149,19 +150,10 @@ class BatchWorker:
             await self.rows.give_back(self.token)
 
     async def _forever(self) -> None:
-        while not self._closing:
-            self._wake.clear()
-            try:
-                await self.tick(chores=time.monotonic() - self._chores_at >= self.config.tick_s)
-            except Exception as exc:
-                if self._closing:
-                    return
-                if unreachable(exc) is None:
-                    log.exception("the batch worker failed")
-                else:
-                    log.debug("the batch worker cannot reach the database (%s)", type(exc).__name__)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.tick_s)
+        await look_forever("batch worker", self._look, self.config.tick_s, lambda: self._closing, self._wake)
+
+    async def _look(self) -> None:
+        await self.tick(chores=time.monotonic() - self._chores_at >= self.config.tick_s)
 
     async def _renew(self) -> None:
         lease = self.config.lease_s

@@ -34,6 +34,7 @@ from inferplex.jobs.service import VideoJobs, _upstream, deferred_of, usage_of
 from inferplex.providers.base import CallInfo
 from inferplex.routing.pricing import price_for
 from inferplex.store.backend import unreachable
+from inferplex.store.leasing import look_forever
 from inferplex.targets import Target
 
 log = logging.getLogger("inferplex.jobs")
@@ -62,17 +63,7 @@ class Poller:
                 await self._task
 
     async def _forever(self) -> None:
-        while not self._closing:
-            try:
-                await self.tick()
-            except Exception as exc:
-                if self._closing:  # a cancellation a driver turned into its own error while we stop
-                    return
-                if unreachable(exc) is None:
-                    log.exception("the job poller failed")
-                else:
-                    log.debug("the job poller cannot reach the database (%s)", type(exc).__name__)
-            await asyncio.sleep(self.config.tick_s)
+        await look_forever("job poller", self.tick, self.config.tick_s, lambda: self._closing)
 
     async def tick(self) -> int:
         """Claim the due jobs and work on each; how many were claimed."""

@@ -50,6 +50,7 @@ from inferplex.responses_api.service import (
 from inferplex.responses_api.store import TERMINAL, StoredResponse, dumps
 from inferplex.responses_api.wire import parse
 from inferplex.store.backend import unreachable
+from inferplex.store.leasing import look_forever
 
 log = logging.getLogger("inferplex.responses")
 
@@ -90,24 +91,18 @@ class Background:
                 await task
 
     async def _forever(self) -> None:
-        while not self._closing:
-            self._wake.clear()
-            try:
-                await self.tick()
-                if time.time() - self._swept >= self.config.sweep_s:
-                    self._swept = time.time()
-                    swept = await self.rows.sweep(self._swept)
-                    if swept:
-                        log.info("deleted %d stored responses past their retention", swept)
-            except Exception as exc:
-                if self._closing:
-                    return
-                if unreachable(exc) is None:
-                    log.exception("the background responses worker failed")
-                else:
-                    log.debug("the background responses worker cannot reach the database (%s)", type(exc).__name__)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.tick_s)
+        await look_forever(
+            "background responses worker", self._look, self.config.tick_s, lambda: self._closing, self._wake
+        )
+
+    async def _look(self) -> None:
+        """Start what is due, and now and then delete the stored responses past their retention."""
+        await self.tick()
+        if time.time() - self._swept >= self.config.sweep_s:
+            self._swept = time.time()
+            swept = await self.rows.sweep(self._swept)
+            if swept:
+                log.info("deleted %d stored responses past their retention", swept)
 
     async def tick(self) -> int:
         """Claim the due rows this replica has room for and start a run for each; how many were claimed."""

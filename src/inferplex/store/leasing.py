@@ -9,13 +9,18 @@ written only where the row is still free, and the rows read back by the token th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Column, Row, Table, or_, select, update
 from sqlalchemy.engine import Connection
 
-from inferplex.store.backend import Database
+from inferplex.store.backend import Database, unreachable
+
+log = logging.getLogger("inferplex")
 
 
 async def claim_due(
@@ -47,3 +52,33 @@ async def claim_due(
         return conn.execute(select(table).where(c.id.in_(ids), c.claimed_by == token)).all()
 
     return await db.write(run)
+
+
+async def look_forever(
+    what: str,
+    look: Callable[[], Awaitable[object]],
+    every_s: float,
+    closing: Callable[[], bool],
+    wake: asyncio.Event | None = None,
+) -> None:
+    """A replica's worker over leased rows (video jobs, background responses, batch lines): `look` every
+    `every_s`, or at once when `wake` is set (new work on this replica). A database that cannot be reached is
+    looked at again next time, quietly: the work waits in its rows; anything else is logged. Ends when
+    `closing()` says so (a driver may turn the worker's cancellation into an error of its own meanwhile)."""
+    while not closing():
+        if wake is not None:
+            wake.clear()
+        try:
+            await look()
+        except Exception as exc:
+            if closing():
+                return
+            if unreachable(exc) is None:
+                log.exception("the %s failed", what)
+            else:
+                log.debug("the %s cannot reach the database (%s)", what, type(exc).__name__)
+        if wake is None:
+            await asyncio.sleep(every_s)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), every_s)
