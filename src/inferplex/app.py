@@ -24,15 +24,19 @@ from inferplex.admin import routes as admin_routes
 from inferplex.batches import wiring as batches_wiring
 from inferplex.catalog import Catalog
 from inferplex.config import Config
+from inferplex.console import routes as console_routes
 from inferplex.custom_endpoints.service import PROVIDER, CustomEndpoints
 from inferplex.dialects.registry import dialects, error_payload, plain_error
-from inferplex.edge import Endpoint, json_response, self_contained
+from inferplex.edge import TEMPLATES, Endpoint, json_response, self_contained
 from inferplex.families.registry import check_adapters
 from inferplex.http_server import HeadLimits
 from inferplex.jobs.poller import Poller
 from inferplex.jobs.rows import JobRows
 from inferplex.jobs.service import VideoJobs
 from inferplex.media_store.store import MediaStore
+from inferplex.observe import routes as observe_routes
+from inferplex.observe.hub import Env
+from inferplex.observe.wiring import build_hub
 from inferplex.pipeline import Pipeline
 from inferplex.processors.chain import gateway_factory
 from inferplex.providers.base import Adapter
@@ -104,6 +108,9 @@ class Gateway(Starlette):
         }
         if self.user_middleware:
             self._exact.clear()
+        for route in routes:  # each endpoint's declared path: its route label in metrics and logs
+            if isinstance(route, Route):
+                TEMPLATES.setdefault(route.endpoint, route.path)
 
     def add_middleware(self, middleware_class: Any, *args: Any, **kwargs: Any) -> None:
         super().add_middleware(middleware_class, *args, **kwargs)
@@ -127,6 +134,7 @@ class Gateway(Starlette):
 
 def create_app(config: Config, master_key: str) -> Gateway:
     catalog = Catalog(config)
+    hub = build_hub(config)  # metrics, traces, request log, alerts (observe/, issue 24)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -163,9 +171,11 @@ def create_app(config: Config, master_key: str) -> Gateway:
             responses=responses,
             batches=batches,
         )
+        await hub.start(Env(config, accounts, router, pipeline))
         try:
             yield
         finally:
+            await hub.aclose()
             await batches.aclose()
             await responses.aclose()
             await poller.aclose()
@@ -178,7 +188,11 @@ def create_app(config: Config, master_key: str) -> Gateway:
 
     routes = [Route("/health", _health, methods=["GET"]), *(r for d in dialects() for r in d.routes)]
     routes += admin_routes.routes
+    routes += observe_routes.ROUTES
+    if config.console.enabled:
+        routes += console_routes.ROUTES
     app = Gateway(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    app.state.hub = hub
     server = config.server
     app.head_limits = HeadLimits(
         server.max_request_line_bytes, server.max_header_bytes, server.max_head_bytes, server.lingering_close_s

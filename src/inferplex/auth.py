@@ -21,10 +21,11 @@ from inferplex.accounts.limits import NO_LIMITS, LimitPlan
 from inferplex.errors import PermissionDenied, Unauthenticated
 
 # The last five are Inferada's published scopes: its processors (processors/base.py SCOPES), its pii and
-# language routes (dialects/inferada.py) and its audio routes (stt, tts: dialects/inferada_audio.py).
+# language routes (dialects/inferada.py) and its audio routes (stt, tts: dialects/inferada_audio.py). `metrics`
+# reads GET /metrics (observe/, issue 24) and nothing else.
 ALL_SCOPES = frozenset(
     {"chat", "embeddings", "images", "audio", "video", "models:read", "admin", "pii", "language", "completions",
-     "stt", "tts"}
+     "stt", "tts", "metrics"}
 )  # fmt: skip
 
 

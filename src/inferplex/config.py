@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
 from inferplex.accounts.limits import LimitRule
+from inferplex.observe.settings import AlertsConfig, ConsoleConfig, ObservabilityConfig
 from inferplex.prompting.templates import TemplateProblem, check_template
 from inferplex.provider_kinds import known_kinds
 
@@ -395,6 +396,9 @@ class Config(_Strict):
     jobs: JobsConfig = Field(default_factory=JobsConfig)
     responses: ResponsesConfig = Field(default_factory=ResponsesConfig)
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # issue 24
+    console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
     @model_validator(mode="after")
     def _cross_references(self) -> Config:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote
@@ -17,6 +18,7 @@ from urllib.parse import quote
 from inferplex.auth import MASTER, Principal
 from inferplex.config import ModelConfig
 from inferplex.errors import GatewayError
+from inferplex.observe.hub import NULL_HUB, Hub
 from inferplex.providers.base import CallInfo
 from inferplex.responses import ChatCompletionChunk, Usage
 from inferplex.routing.options import RouteOptions
@@ -81,6 +83,27 @@ class Context:
     # The prompt's size as the guard estimated it at admission: a stream cut before any usage is billed on it
     # when the gateway could not count the prompt itself (accounts/guard.py).
     prompt_tokens_estimate: int = 0
+
+    # ---- what operators see (observe/, issue 24) ----
+    # The hub the request reports to (the edge sets the app's; work outside a request keeps the silent one).
+    hub: Hub = NULL_HUB
+    # The route the request came in on, as declared ("/v1/chat/completions", "/v1/videos/{video_id}"): a
+    # bounded label, never the path itself.
+    route_template: str = ""
+    # The endpoint family's name once resolved ("chat", "embeddings", "image", ...): GenAI's operation.
+    operation: str | None = None
+    # The error the caller received (the edge rendered it); a stream's mid-way failure is `failure`.
+    error: GatewayError | None = None
+    # (stage, start, end) in perf_counter seconds, for traces: None unless a sink asked for them (tracing
+    # sets a list in `started`), so the request path pays one `is None` test per stage otherwise.
+    stages: list[tuple[str, float, float]] | None = None
+    # A tracing sink's per-request state (its span), opaque to everything else.
+    trace: object = None
+
+    def stage(self, name: str, start: float) -> None:
+        """Record that stage `name` ran from `start` (time.perf_counter()) until now, if anyone listens."""
+        if self.stages is not None:
+            self.stages.append((name, start, time.perf_counter()))
 
     def headers(self) -> dict[str, str]:
         out = {"x-inferplex-request-id": self.request_id, "x-request-id": self.request_id}

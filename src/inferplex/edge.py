@@ -7,7 +7,8 @@ dialect's own error shape, and any other exception into a logged, clean 500 in t
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -25,6 +26,7 @@ from inferplex.errors import (
 )
 from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits
 from inferplex.json_limits import check as check_json
+from inferplex.observe.hub import NULL_HUB
 from inferplex.store.backend import unreachable
 
 log = logging.getLogger("inferplex")
@@ -103,18 +105,58 @@ async def read_bytes(request: Request, max_bytes: int) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+# Each route's declared path, by its endpoint (filled by `app.Gateway` from its routes): the bounded
+# `route_template` label of metrics and logs. An endpoint no route declares is labelled "other".
+TEMPLATES: dict[Endpoint, str] = {}
+
+
+class Observed(Response):
+    """A response that tells the hub when its last byte has gone out (or the caller left): a stream's
+    request is over only then. Wraps any ASGI response; added only while a sink listens (`Hub.active`)."""
+
+    def __init__(self, inner: Response, ctx: Context, method: str) -> None:  # no Response.__init__: it wraps
+        self.inner = inner
+        self.ctx = ctx
+        self.method = method
+        self.status_code = inner.status_code
+        self.background = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        ctx, streaming = self.ctx, not hasattr(self.inner, "body") or isinstance(self.inner.body, AsyncIterator)
+        ctx.hub.responded(ctx, self.status_code, streaming)
+        status = self.status_code
+        try:
+            await self.inner(scope, receive, send)
+        except BaseException:
+            status = 499 if status < 400 else status
+            raise
+        finally:
+            ctx.hub.finished(ctx, self.method, status, streaming)
+
+
 def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, dialect: str = "openai") -> Endpoint:
     """A route: authenticate the caller (requiring `scope`), run the handler, render any failure."""
 
     async def run(request: Request) -> Response:
         ctx = Context(dialect=dialect)
+        hub = ctx.hub = getattr(request.app.state, "hub", NULL_HUB)
+        if hub.active:
+            ctx.route_template = TEMPLATES.get(run, "other")
+            hub.started(ctx, request.method)
+            return Observed(await _answer(request, ctx), ctx, request.method)
+        return await _answer(request, ctx)
+
+    async def _answer(request: Request, ctx: Context) -> Response:
         try:
             if scope is not None:
+                started = time.perf_counter()
                 ctx.client_ip = request.client.host if request.client else None
                 ctx.principal = await request.app.state.services.auth.authenticate(request)
                 ctx.principal.require_scope(scope)
+                ctx.stage("auth", started)
             return await handler(request, ctx)
         except GatewayError as err:
+            ctx.error = err
             return render_error(err, ctx)
         except ClientDisconnect:  # gone before its body arrived: nothing was reserved, nobody to answer
             log.debug("caller left before sending the whole body (request id %s)", ctx.request_id)
@@ -124,10 +166,11 @@ def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, d
                 log.warning("%s (request id %s): the database cannot be reached (%s)", request.url.path,
                             ctx.request_id, type(cause).__name__)  # fmt: skip
                 message = "The gateway's database cannot be reached right now; try again shortly."
-                return render_error(Unavailable(message, code="store_unavailable"), ctx)
+                ctx.error = Unavailable(message, code="store_unavailable")
+                return render_error(ctx.error, ctx)
             log.exception("unexpected error in %s (request id %s)", request.url.path, ctx.request_id)
-            internal = InternalError(f"The gateway hit an unexpected error (request id {ctx.request_id}).")
-            return render_error(internal, ctx)
+            ctx.error = InternalError(f"The gateway hit an unexpected error (request id {ctx.request_id}).")
+            return render_error(ctx.error, ctx)
 
     _SELF_CONTAINED.add(run)
     return run

@@ -17,6 +17,7 @@ Nothing here knows about HTTP requests or any provider's wire format.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol, TypeVar, cast
 
@@ -223,7 +224,7 @@ class ChatStream:
             ctx.timings.mark_upstream_end()
         if ctx.usage is None and self._request is not None:
             ctx.prompt_tokens_counted = counted_prompt_tokens(self._request)
-        await admission.settle(ctx, ctx.usage, failed=failed)
+        await _settle(admission, ctx, ctx.usage, failed=failed)
 
     async def aclose(self) -> None:
         try:
@@ -233,6 +234,15 @@ class ChatStream:
                     await aclose()
         finally:
             await self._settle(failed=False)
+
+
+async def _settle(admission: Admission, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
+    """`admission.settle`, timed as the trace's settle stage."""
+    started = time.perf_counter()
+    try:
+        await admission.settle(ctx, usage, failed=failed)
+    finally:
+        ctx.stage("settle", started)
 
 
 def failure_message(ctx: Context) -> str:
@@ -328,6 +338,7 @@ class Pipeline:
         resolved = self.catalog.resolve(model, provider, kind=family.model_type)
         ctx.principal.require_model(resolved.model.name)
         ctx.model = resolved.model
+        ctx.operation = family.name
         return resolved
 
     def adapter(self, family: Family[Any, Iface, Any], target: Target) -> Iface:
@@ -342,7 +353,9 @@ class Pipeline:
         if invoke is None:
             raise TypeError(f"the {family.name} family has no single call to route")
         resolved = self.resolve(ctx, request.body.model, request.options.provider_name, family)
+        started = time.perf_counter()
         admission = await self.guard.admit(ctx, family, resolved.model, request)
+        ctx.stage("limits", started)
 
         async def call(target: Target) -> M:
             ctx.timings.mark_upstream_start()
@@ -353,7 +366,7 @@ class Pipeline:
         if isinstance(response, Mapping):
             ctx.usage = cast("Usage | None", response.get("usage"))
             ctx.response = response
-        await admission.settle(ctx, ctx.usage, failed=False)
+        await _settle(admission, ctx, ctx.usage, failed=False)
         return response
 
     async def _routed(
@@ -361,10 +374,13 @@ class Pipeline:
     ) -> T:
         """Route `call`; a call that fails on every target settles the admission as failed (it costs nothing).
         On success settling is the caller's: a processor may run first."""
+        started = time.perf_counter()
         try:
             response = await self.router.run(ctx, resolved, call)
+            ctx.stage("routing", started)
         except BaseException:
-            await admission.settle(ctx, None, failed=True)
+            ctx.stage("routing", started)
+            await _settle(admission, ctx, None, failed=True)
             raise
         ctx.timings.mark_upstream_end()
         return response
@@ -372,9 +388,12 @@ class Pipeline:
     async def _prepare(
         self, ctx: Context, request: GatewayRequest[ChatRequest]
     ) -> tuple[GatewayRequest[ChatRequest], ProcessorRun | None, Resolved, Admission]:
+        ctx.operation = CHAT.name
         run = self._processors(ctx, request) if self._processors else None
         if run is not None:
+            started = time.perf_counter()
             request = await run.pre(ctx, request)
+            ctx.stage("processors", started)
         ctx.route = route_options(request)
         model, provider = request.body.model, request.options.provider_name
         if self.custom is not None and self.custom.claims(model, provider):
@@ -383,7 +402,9 @@ class Pipeline:
             resolved = self.resolve(ctx, model, provider, CHAT)
         # The one system prompt (the model's, the processors' segments, the caller's), before the estimate counts it.
         request = assemble(request, resolved.model, run.segments if run is not None else ())
+        started = time.perf_counter()
         admission = await self.guard.admit(ctx, CHAT, resolved.model, request)
+        ctx.stage("limits", started)
         return request, run, resolved, admission
 
     async def chat(self, request: GatewayRequest[ChatRequest], ctx: Context) -> ChatCompletion:
@@ -409,7 +430,7 @@ class Pipeline:
         ctx.usage = response.get("usage")
         if run is None:
             ctx.response = response
-            await admission.settle(ctx, ctx.usage, failed=False)
+            await _settle(admission, ctx, ctx.usage, failed=False)
             return response
 
         async def again(retry: GatewayRequest[ChatRequest]) -> ChatCompletion:
@@ -422,10 +443,12 @@ class Pipeline:
             return answer
 
         try:
+            started = time.perf_counter()
             ctx.response = await run.post(ctx, response, again)
+            ctx.stage("processors", started)
             return ctx.response
         finally:
-            await admission.settle(ctx, ctx.usage, failed=False)
+            await _settle(admission, ctx, ctx.usage, failed=False)
 
     async def chat_stream(self, request: GatewayRequest[ChatRequest], ctx: Context) -> ChatStream:
         request, run, resolved, admission = await self._prepare(ctx, request)
@@ -444,10 +467,13 @@ class Pipeline:
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return first, chunks
 
+        started = time.perf_counter()
         try:
             first, rest = await self.router.run(ctx, resolved, call)
+            ctx.stage("routing", started)
         except BaseException:
-            await admission.settle(ctx, None, failed=True)
+            ctx.stage("routing", started)
+            await _settle(admission, ctx, None, failed=True)
             raise
         stream = ChatStream(first, rest, ctx, admission, request.body)
         if run is not None:

@@ -25,12 +25,15 @@ from inferplex.dialects.seed_wire import (
 )
 from inferplex.dialects.unify_wire import LogQuery
 from inferplex.openapi import (
+    console,
+    console_views,
     files_batches,
     media_audio,
     media_images,
     media_seeds,
     media_storage,
     media_videos,
+    observe,
     responses_api,
 )
 from inferplex.openapi.spec import Dialect, Operation, Param
@@ -238,6 +241,9 @@ OPERATIONS: list[Operation] = [
     *media_videos.OPERATIONS,
     *responses_api.OPERATIONS,
     *files_batches.OPERATIONS,
+    *observe.OPERATIONS,
+    *console.OPERATIONS,
+    *console_views.OPERATIONS,
     Operation(
         "get",
         "/v1/endpoints",

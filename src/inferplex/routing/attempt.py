@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inferplex.config import CooldownConfig
-from inferplex.context import Attempt
+from inferplex.context import Attempt, Context
 from inferplex.errors import GatewayError, UpstreamTimeout
 from inferplex.responses import ChatCompletionChunk
 from inferplex.routing.cooldown import Cooldowns
@@ -37,7 +37,9 @@ class Slot:
     policy: CooldownConfig
     record: Attempt
     started: float
+    ctx: Context
     released: bool = False
+    ended: bool = False
 
     def release(self) -> None:
         if not self.released:
@@ -53,8 +55,18 @@ class Slot:
         self.record.error = str(err) or type(err).__name__
         if not midstream:
             self.record.latency_ms = (time.monotonic() - self.started) * 1000
-        if isinstance(err, GatewayError) and classify(err) is not Verdict.FATAL:
-            await self.cooldowns.failure(self.key, self.policy)
+        try:
+            if isinstance(err, GatewayError) and classify(err) is not Verdict.FATAL:
+                if await self.cooldowns.failure(self.key, self.policy):
+                    self.ctx.hub.breaker(self.key, True)
+        finally:
+            self.end()
+
+    def end(self) -> None:
+        """Tell the hub the attempt is over (once: its record now says how it went)."""
+        if not self.ended:
+            self.ended = True
+            self.ctx.hub.attempt_finished(self.ctx, self.record)
 
 
 def _tokens(usage: Any) -> int:
@@ -178,6 +190,7 @@ class WatchedStream:
                 slot.release()
                 if self._pieces >= 2:
                     slot.stats.observe_per_token((self._last_at - self._first_at) * 1000 / (self._pieces - 1))
+                slot.end()
 
     async def aclose(self) -> None:
         await self._finish(None)

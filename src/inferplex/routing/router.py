@@ -367,7 +367,8 @@ class Router:
         ctx.target, ctx.model = target, target.model
         record = Attempt(deployment=key, model=target.model.name, outcome="pending")
         ctx.attempt_log.append(record)
-        slot = Slot(key, gate, window, stats, self.cooldowns, target.model.routing.cooldown, record, started)
+        slot = Slot(key, gate, window, stats, self.cooldowns, target.model.routing.cooldown, record, started, ctx)
+        ctx.hub.attempt_started(ctx, record)
         total = d.timeouts.total or provider_t.total
         ends_at = min(deadline, started + total) if total else deadline
         # A buffered answer is its own first chunk: `read` bounds it as it bounds a stream's first token.
@@ -380,6 +381,8 @@ class Router:
         except TimeoutError:
             if not cm.expired():
                 slot.release()
+                record.outcome = "error"
+                slot.end()
                 raise
             what = "the first token" if opts.stream and first <= ends_at - started else "a response"
             err = UpstreamTimeout(f"deployment {key} did not send {what} within {limit:.3g}s")
@@ -392,6 +395,7 @@ class Router:
             slot.release()
             record.outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
             record.error = record.error or type(exc).__name__
+            slot.end()
             raise
         elapsed_ms = (time.monotonic() - started) * 1000
         record.outcome, record.status, record.latency_ms = "ok", 200, elapsed_ms
@@ -399,6 +403,7 @@ class Router:
         ctx.extra_headers["x-inferplex-service-tier"] = opts.service_tier
         if probe:  # only a probe can close a breaker; a closed one needs no news (and Redis no round trip)
             await self.cooldowns.success(key)
+            ctx.hub.breaker(key, False)
         if opts.stream and isinstance(result, tuple) and len(result) == 2:
             stats.observe_ttft(elapsed_ms)
             head, rest = result
@@ -413,6 +418,7 @@ class Router:
                 window.note_tokens(usage["total_tokens"])
         stats.observe_ttft(elapsed_ms)
         slot.release()
+        slot.end()
         return result
 
 

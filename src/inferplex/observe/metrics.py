@@ -1,0 +1,10 @@
+"""Placeholder (issue 24): the metrics sink. Replaced by its owner."""
+
+from __future__ import annotations
+
+from inferplex.config import Config
+from inferplex.observe.hub import Sink
+
+
+def sink(config: Config) -> Sink | None:
+    return None

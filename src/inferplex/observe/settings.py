@@ -1,0 +1,92 @@
+"""The operator-side sections of the configuration: `observability` (metrics, traces, request logs),
+`console` (the admin web console) and `alerts` (webhooks). Kept here, not in config.py, so each part's
+settings sit beside the code that reads them; config.py only hangs them on `Config`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+AlertEvent = Literal["budget", "breaker", "error_rate"]
+ALERT_EVENTS: tuple[AlertEvent, ...] = ("budget", "breaker", "error_rate")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MetricsConfig(_Strict):
+    # `GET /metrics` on the gateway's own port, for callers with the `metrics` scope (or admin)
+    enabled: bool = True
+    # "host:port": also (or instead, with `scope_protected: false`...) serve /metrics, unauthenticated, on a
+    # separate listener that only the scraper can reach
+    listen: str | None = None
+    # label per-key series with the key id (off: key ids are unbounded; an operator with few keys may want them)
+    key_labels: bool = False
+
+
+class TracingConfig(_Strict):
+    enabled: bool = False
+    # OTLP over HTTP (protobuf): the collector's traces URL, e.g. http://127.0.0.1:4318/v1/traces
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"
+    headers: dict[str, str] = Field(default_factory=dict)
+    service_name: str = "inferplex"
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    # prompt and completion content on spans (gen_ai.input.messages / gen_ai.output.messages): off by default
+    capture_content: bool = False
+    # how long spans may wait in the batch before export, and the batch's size
+    export_interval_s: float = Field(2.0, gt=0, le=60)
+    max_batch: int = Field(512, ge=1, le=100_000)
+
+
+class RequestLogConfig(_Strict):
+    # one JSON line per request on the `inferplex.requests` logger (stdout with `inferplex serve`)
+    enabled: bool = False
+    # where the lines go: "stdout", "stderr" or a file path
+    destination: str = "stdout"
+    # the request and response bodies in the line (never a key): off unless the operator turns it on
+    bodies: bool = False
+
+
+class ObservabilityConfig(_Strict):
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
+    request_log: RequestLogConfig = Field(default_factory=RequestLogConfig)
+
+
+class ConsoleConfig(_Strict):
+    # the admin web console at /ui
+    enabled: bool = True
+    session_ttl_s: int = Field(12 * 3600, ge=60, le=30 * 86400)
+    # mark the session cookie Secure (set it when the console is served over HTTPS, as it should be)
+    secure_cookie: bool = False
+
+
+class WebhookConfig(_Strict):
+    url: str = Field(min_length=1)
+    # HMAC-SHA256 key for the signature header; without one deliveries are unsigned
+    secret: str | None = None
+    # "inferplex": the signed JSON event; "slack": Slack's incoming-webhook body ({"text": ...}), which
+    # Slack, Mattermost, Discord's /slack endpoint and most chat tools accept
+    format: Literal["inferplex", "slack"] = "inferplex"
+    # which events go to this hook: budget, breaker, error_rate (all by default)
+    events: list[AlertEvent] = Field(default_factory=lambda: list(ALERT_EVENTS))
+
+
+class ErrorRateConfig(_Strict):
+    # alert when, over `window_s`, at least `min_requests` requests ran and more than `threshold` of them failed
+    # (provider or gateway faults: a caller's own 4xx never counts)
+    window_s: float = Field(60.0, gt=0)
+    threshold: float = Field(0.2, gt=0, le=1)
+    min_requests: int = Field(20, ge=1)
+
+
+class AlertsConfig(_Strict):
+    webhooks: list[WebhookConfig] = Field(default_factory=list)
+    # fractions of a budget (an account's or key's monthly cap) that raise an alert once per month each
+    budget_thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.8, 1.0])
+    error_rate: ErrorRateConfig = Field(default_factory=ErrorRateConfig)
+    # a delivery that fails is tried again with backoff, up to this many times in all
+    max_attempts: int = Field(8, ge=1, le=100)
+    timeout_s: float = Field(5.0, gt=0, le=60)
