@@ -25,6 +25,11 @@ that holds still. Afterwards each key's balance must still equal its ledger sum.
     python bench/accounts.py --rps 150 --duration 4 --warmup 1 --throughput 6 --rounds 5
     python bench/accounts.py ... --compare /path/to/other/checkout/src   # every scenario of both, A/B
     python bench/accounts.py ... --only key-postgres,key-postgres-redis  # a subset of the scenarios
+    python bench/accounts.py ... --observe   # each scenario with metrics and JSON request logs off, and on
+
+`--observe` runs every scenario twice in the same rounds: `<scenario>` with metrics off and no request log,
+`<scenario>+observe` with the Prometheus metrics on and one JSON log line per request written to a file
+(docs/operate.md): what the operator's view costs per request.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ MASTER = "ipx-bench-master-" + secrets.token_hex(8)
 PIN = core_bench.Pinning(True)
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 REDIS_URL = "redis://127.0.0.1:6379/0"
+OBSERVE = False  # --observe
 
 
 def free_port() -> int:
@@ -181,7 +187,12 @@ class Server:
 
 
 def start_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, src: str | None = None) -> Server:
-    """A gateway of this checkout, or of the `src/` directory of another (`--compare`)."""
+    """A gateway of this checkout, or of the `src/` directory of another (`--compare`). With `--observe`, a
+    name without `+observe` has metrics off, and one with it has metrics and a JSON request log on."""
+    if OBSERVE:
+        on = name.endswith("+observe")
+        log = {"enabled": True, "destination": str(tmp / f"{name}.requests.jsonl")} if on else {"enabled": False}
+        cfg = {**cfg, "observability": {"metrics": {"enabled": on}, "request_log": log}}
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     port = free_port()
@@ -317,7 +328,10 @@ def main() -> int:
         metavar="NAMES",
         help="comma-separated scenarios to run (master, key-sqlite, key-postgres, key-postgres-redis); default all",
     )
+    p.add_argument("--observe", action="store_true", help="every scenario with metrics and request logs off and on")
     args = p.parse_args()
+    global OBSERVE
+    OBSERVE = args.observe
     wanted = set(args.only.split(",")) if args.only else None
     up_port = free_port()
     load = PIN
@@ -331,6 +345,8 @@ def main() -> int:
     prefix = f"inferplex_bench:{secrets.token_hex(4)}:"
     created: list[str] = []  # PostgreSQL databases, one per PostgreSQL scenario and build
     builds: list[tuple[str, str | None]] = [("", None)] + ([("@compare", args.compare)] if args.compare else [])
+    if args.observe:
+        builds += [(suffix + "+observe", src) for suffix, src in builds]
     try:
         wait_http(f"http://127.0.0.1:{up_port}/health", upstream)
         up = f"http://127.0.0.1:{up_port}/v1"
