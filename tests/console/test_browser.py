@@ -1,15 +1,22 @@
 """The admin console in a real browser, as an operator uses it (issue 24): sign in with the master key, make a
-key, use it, find its request and its usage, revoke it, and see the API refuse it."""
+key, fund it, use it, find its request and its usage, revoke it, and see the API refuse it; on a phone too.
+
+Pages fill in as the gateway writes usage rows (in batches, off the request path), so a step that looks for
+a request reloads its page until the row is there (`until_present`), within the step's time limit."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
+import openai
 import pytest
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, Locator
 
-from tests.console.browser import Console, tid
+from tests.console.browser import PHONE, Console, tid
 from tests.gateway_server import GatewayServer
+
+NAV = ("keys", "accounts", "usage", "requests", "providers", "models")
 
 
 @pytest.fixture
@@ -17,6 +24,75 @@ def console(browser: Browser, console_gateway: GatewayServer) -> Iterator[Consol
     tab = Console.open(browser, console_gateway.url)
     yield tab
     tab.close()
+
+
+@pytest.fixture
+def signed_in(console: Console, console_gateway: GatewayServer) -> Console:
+    console.sign_in(console_gateway.master_key)
+    return console
+
+
+def client(gateway: GatewayServer, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.base_url, api_key=key, max_retries=0)
+
+
+def chat(gateway: GatewayServer, key: str, text: str = "hello console") -> str:
+    """One chat completion with `key`: the request id the gateway answered with."""
+    raw = client(gateway, key).chat.completions.with_raw_response.create(
+        model="echo-model", messages=[{"role": "user", "content": text}]
+    )
+    assert raw.parse().choices[0].message.content == f"echo: {text}"
+    return raw.headers["x-inferplex-request-id"]
+
+
+def create_key(console: Console, name: str, scopes: tuple[str, ...] = ("chat",)) -> tuple[str, str]:
+    """Make a key in the keys page with exactly `scopes`: its id and the secret the page shows once."""
+    page = console.page
+    page.click(tid("nav-keys"))
+    page.wait_for_url("**/ui/keys*")
+    form = page.locator(tid("key-create-form"))
+    form.locator('[name="name"]').fill(name)
+    boxes = form.locator('input[name="scopes"]')
+    for i in range(boxes.count()):
+        box = boxes.nth(i)
+        box.set_checked(box.get_attribute("value") in scopes)
+    form.locator(tid("key-create-submit")).click()
+    secret = page.locator(tid("new-secret")).inner_text().strip()
+    assert secret.startswith("ipx-"), secret
+    row = key_row(console, name)
+    key_id = row.get_attribute("data-key-id")
+    assert key_id
+    return key_id, secret
+
+
+def key_row(console: Console, name: str) -> Locator:
+    """The keys page's row of the key named `name` (going to the keys page when elsewhere)."""
+    if not console.path().startswith("/ui/keys"):
+        console.goto("/ui/keys")
+    row = console.page.locator(tid("key-row"), has_text=name)
+    assert row.count() == 1, f"{row.count()} rows for key {name!r}"
+    return row
+
+
+def until_present(console: Console, selector: str, has_text: str | None = None) -> Locator:
+    """Reload the current page until `selector` (holding `has_text`) is on it: rows the gateway writes a moment
+    after answering. Fails the step when it never comes (the browser's step timeout, per reload)."""
+    page = console.page
+    for _ in range(40):
+        found = page.locator(selector, has_text=has_text)
+        if found.count():
+            return found
+        page.wait_for_timeout(250)
+        page.reload()
+    raise AssertionError(f"{selector} {has_text or ''} never appeared on {console.path()}")
+
+
+def account_of(gateway: GatewayServer, key_id: str) -> str:
+    """The account the console's new key bills (a key made without one gets an account of its own)."""
+    answer = httpx.get(f"{gateway.url}/admin/keys/{key_id}", headers=gateway.auth)
+    answer.raise_for_status()
+    account_id: str = answer.json()["account_id"]
+    return account_id
 
 
 def test_a_wrong_key_is_not_let_in(console: Console) -> None:
@@ -27,3 +103,132 @@ def test_a_wrong_key_is_not_let_in(console: Console) -> None:
     assert console.path().startswith("/ui/login")
     console.goto("/ui/keys")
     assert console.path().startswith("/ui/login")
+
+
+def test_a_key_made_in_the_console_works_until_revoked(signed_in: Console, console_gateway: GatewayServer) -> None:
+    console, page = signed_in, signed_in.page
+    key_id, secret = create_key(console, "browser-flow")
+    console.shoot("keys-after-create")
+
+    # a new key's own account starts empty: the gateway refuses it until the account is funded
+    with pytest.raises(openai.PermissionDeniedError):
+        chat(console_gateway, secret)
+    account_id = account_of(console_gateway, key_id)
+    page.click(tid("nav-accounts"))
+    page.wait_for_url("**/ui/accounts*")
+    page.locator(tid("account-row"), has_text=account_id).locator("a").first.click()
+    page.fill(tid("credit-amount"), "5")
+    page.click(tid("credit-submit"))
+    until_present(console, tid("ledger-row"))
+    console.shoot("account-ledger")
+
+    request_id = chat(console_gateway, secret)
+
+    page.click(tid("nav-requests"))
+    page.wait_for_url("**/ui/requests*")
+    row = until_present(console, f'{tid("request-row")}[data-request-id="{request_id}"]')
+    console.shoot("requests")
+    row.locator("a").first.click()
+    page.wait_for_url(f"**/ui/requests/{request_id}*")
+    detail = page.locator(tid("request-detail"))
+    assert "echo-model" in detail.inner_text()
+    assert page.locator(tid("attempt-row")).count() == 1
+    console.shoot("request-detail")
+
+    page.click(tid("nav-usage"))
+    page.wait_for_url("**/ui/usage*")
+    page.select_option(tid("usage-group"), "key")
+    page.click(tid("usage-apply"))
+    usage = until_present(console, tid("usage-row"), has_text=key_id)
+    assert usage.count() == 1
+    assert page.locator(f"{tid('usage-chart')} canvas").count() >= 1
+    console.shoot("usage-by-key")
+
+    key_row(console, "browser-flow").locator(tid("key-edit")).click()
+    page.wait_for_url(f"**/ui/keys/{key_id}*")
+    page.click(tid("key-revoke"))
+    page.locator(tid("key-status"), has_text="revoked").wait_for()
+    with pytest.raises(openai.AuthenticationError):
+        chat(console_gateway, secret)
+    assert console.errors == []
+
+
+def test_the_new_secret_is_shown_once(signed_in: Console) -> None:
+    key_id, secret = create_key(signed_in, "shown-once")
+    for path in ("/ui/accounts", "/ui/keys", f"/ui/keys/{key_id}"):
+        signed_in.goto(path)
+        assert secret not in signed_in.page.content(), path
+        assert signed_in.page.locator(tid("new-secret")).count() == 0, path
+
+
+def test_the_sign_in_key_stays_out_of_urls_pages_and_scripts(
+    signed_in: Console, console_gateway: GatewayServer
+) -> None:
+    master = console_gateway.master_key
+    for name in NAV:
+        signed_in.page.click(tid(f"nav-{name}"))
+        signed_in.page.wait_for_url(f"**/ui/{name}*")
+        assert master not in signed_in.page.content(), name
+    assert signed_in.urls and not [url for url in signed_in.urls if master in url]
+    (cookie,) = signed_in.context.cookies()
+    assert master not in cookie["value"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
+    assert signed_in.page.evaluate("document.cookie") == ""
+
+
+def test_sign_out_ends_the_session(signed_in: Console) -> None:
+    signed_in.page.click(tid("sign-out"))
+    signed_in.page.wait_for_url("**/ui/login*")
+    signed_in.goto("/ui/keys")
+    assert signed_in.path().startswith("/ui/login")
+
+
+def test_the_nav_works_on_a_phone(browser: Browser, console_gateway: GatewayServer) -> None:
+    phone = Console.open(browser, console_gateway.url, PHONE)
+    try:
+        phone.sign_in(console_gateway.master_key)
+        for name in NAV:
+            link = phone.page.locator(tid(f"nav-{name}"))
+            link.click()  # Playwright refuses a link that is hidden, covered or off-screen
+            phone.page.wait_for_url(f"**/ui/{name}*")
+            overflow = phone.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"/ui/{name} is {overflow}px wider than a 375px phone"
+        assert phone.errors == []
+    finally:
+        phone.close()
+
+
+def test_every_page_renders_at_desktop_and_phone_size(signed_in: Console, console_gateway: GatewayServer) -> None:
+    """Screenshots of every page for a person to look at (test-artifacts/console/), and what a machine can see
+    in them: each page answers, runs its scripts without error, and fits a phone's width."""
+    console, page = signed_in, signed_in.page
+    request_id = chat(console_gateway, console_gateway.master_key, "screenshots")
+    key_id, _ = create_key(console, "screenshots")
+    account_id = account_of(console_gateway, key_id)
+    overflows: dict[str, int] = {}
+    pages = {
+        "keys": "/ui/keys",
+        "key": f"/ui/keys/{key_id}",
+        "accounts": "/ui/accounts",
+        "account": f"/ui/accounts/{account_id}",
+        "usage": "/ui/usage",
+        "requests": "/ui/requests",
+        "request": f"/ui/requests/{request_id}",
+        "providers": "/ui/providers",
+        "models": "/ui/models",
+    }
+    for name, path in pages.items():
+        console.goto(path)
+        if name == "request":
+            until_present(console, tid("request-detail"))
+        overflows[name] = console.shoot(name)
+    assert page.locator(tid("model-row")).count() == len(console_gateway.config.models)
+    console.goto("/ui/providers")
+    deployments = page.locator(tid("deployment-row"))
+    assert deployments.count() >= 1
+    assert page.locator(tid("breaker-state")).first.inner_text().strip().lower() == "closed"
+    signed_in.page.click(tid("sign-out"))
+    page.wait_for_url("**/ui/login*")
+    overflows["login"] = console.shoot("login")
+    assert console.errors == []
+    assert {name: px for name, px in overflows.items() if px > 0} == {}
