@@ -26,6 +26,7 @@ RETRY_AFTER = {
 # What each error status means, whatever the dialect (its body's shape is the dialect's).
 STATUS_TEXT = {
     202: "Accepted: still running",
+    303: "See Other: the page at `Location` (a console page after a form, or the sign-in page)",
     400: "Bad input (the error names the field), or a malformed request head",
     401: "Missing or bad credentials",
     402: "A monthly spending cap (the account's or the key's) would be passed",
@@ -86,6 +87,8 @@ class Operation:
     authenticated: bool = True
     headers: dict[str, Any] = field(default_factory=dict)  # response headers its answers may carry
     ok_media: str | None = None  # a binary success (audio, video, a stored file): its media type, `ok` None
+    redirects: tuple[int, ...] = ()  # answers with a `Location` and no body (a console page's 303)
+    error_media: str | None = None  # errors may also come in this media type (a console page's HTML)
 
 
 class _Schemas:
@@ -148,7 +151,12 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     elif op.ok_media is not None:
         binary = {op.ok_media: {"schema": {"type": "string", "format": "binary"}}}
         responses[str(op.ok_status)] = {"description": "OK", "content": binary}
+    for status in op.redirects:
+        location = {"description": "where to go", "schema": {"type": "string"}}
+        responses[str(status)] = {"description": STATUS_TEXT[status], "headers": {"Location": location}}
     error = _json(schemas.ref(op.dialect.error, "serialization"))
+    if op.error_media is not None:
+        error[op.error_media] = {"schema": {"type": "string"}}
     for status in sorted({*op.errors, *HEAD_ERRORS}):
         responses[str(status)] = {"description": STATUS_TEXT[status], "content": error}
         if status in (429, 503):
