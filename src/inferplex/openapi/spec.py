@@ -179,8 +179,8 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
             | ({"description": p.description} if p.description else {})
             for p in params
         ]
-    if op.body is not None:
-        content = _json(schemas.ref(op.body, "validation"))
+    if op.body is not None or op.form is not None:  # a console page's form comes without a JSON body
+        content = _json(schemas.ref(op.body, "validation")) if op.body is not None else {}
         if op.form is not None:
             content[op.form_media] = {"schema": op.form}
         out["requestBody"] = {"required": op.body_required, "content": content}
