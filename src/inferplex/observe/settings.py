@@ -4,9 +4,9 @@ settings sit beside the code that reads them; config.py only hangs them on `Conf
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
 
 AlertEvent = Literal["budget", "breaker", "error_rate"]
 ALERT_EVENTS: tuple[AlertEvent, ...] = ("budget", "breaker", "error_rate")
@@ -41,12 +41,14 @@ class TracingConfig(_Strict):
 
 
 class RequestLogConfig(_Strict):
-    # one JSON line per request on the `inferplex.requests` logger (stdout with `inferplex serve`)
+    # one JSON line per request (observe/access_log.py), written by a thread of its own, never by the event loop
     enabled: bool = False
-    # where the lines go: "stdout", "stderr" or a file path
+    # where the lines go: "stdout", "stderr" or a file path (appended to; reopened when rotated away)
     destination: str = "stdout"
-    # the request and response bodies in the line (never a key): off unless the operator turns it on
+    # the response body in the line (never a key): off unless the operator turns it on
     bodies: bool = False
+    # lines are handed to the writer thread at most this often (and at once past 64 KiB)
+    flush_s: float = Field(0.1, gt=0, le=10)
 
 
 class ObservabilityConfig(_Strict):
@@ -63,10 +65,31 @@ class ConsoleConfig(_Strict):
     secure_cookie: bool = False
 
 
+def _reference(value: Any) -> Any:
+    """`env:NAME` / `file:PATH` resolved as config.py resolves secrets (imported late: config.py imports us)."""
+    if isinstance(value, str) and value.startswith(("env:", "file:")):
+        from inferplex.config import _resolve_secret
+
+        return _resolve_secret(value)
+    return value
+
+
+def _secret_reference(value: Any) -> Any:
+    """A webhook secret is a reference, never inlined in the file (config.py's rule for every secret)."""
+    if isinstance(value, str) and not value.startswith(("env:", "file:")):
+        raise ValueError("secrets are referenced, not inlined: write env:VARIABLE or file:/path/to/secret")
+    return _reference(value)
+
+
 class WebhookConfig(_Strict):
-    url: str = Field(min_length=1)
-    # HMAC-SHA256 key for the signature header; without one deliveries are unsigned
-    secret: str | None = None
+    # a stable name for the hook: deliveries waiting in the database find their hook by it (default: a
+    # digest of the URL, so changing the URL of an unnamed hook orphans what it had queued)
+    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    # the URL, or an env:/file: reference to it (a Slack webhook URL is itself a secret)
+    url: Annotated[str, BeforeValidator(_reference)] = Field(min_length=1, pattern=r"^https?://")
+    # HMAC-SHA256 key of the Standard Webhooks signature (env:NAME or file:PATH; "whsec_<base64>" is
+    # decoded as Standard Webhooks does, any other value used as its UTF-8 bytes); without one, unsigned
+    secret: Annotated[SecretStr | None, BeforeValidator(_secret_reference)] = None
     # "inferplex": the signed JSON event; "slack": Slack's incoming-webhook body ({"text": ...}), which
     # Slack, Mattermost, Discord's /slack endpoint and most chat tools accept
     format: Literal["inferplex", "slack"] = "inferplex"
@@ -90,3 +113,14 @@ class AlertsConfig(_Strict):
     # a delivery that fails is tried again with backoff, up to this many times in all
     max_attempts: int = Field(8, ge=1, le=100)
     timeout_s: float = Field(5.0, gt=0, le=60)
+    # the wait after a failed try: retry_initial_s, doubling each time, at most retry_max_s (plus 10% jitter)
+    retry_initial_s: float = Field(5.0, gt=0)
+    retry_max_s: float = Field(3600.0, gt=0)
+    # how often each replica looks for due deliveries (at once when it raised an alert itself)
+    tick_s: float = Field(1.0, gt=0, le=60)
+    # how often the month's spend of the accounts and keys that spent since the last look is read
+    budget_check_s: float = Field(5.0, gt=0, le=3600)
+    # a deployment whose breaker stays open (re-opened after failed probes) alerts again at most this often
+    breaker_repeat_s: float = Field(900.0, gt=0)
+    # delivered and abandoned deliveries (and their tries) are deleted after this long
+    retention_s: float = Field(30 * 86400.0, gt=0)
