@@ -19,9 +19,10 @@ class _Strict(BaseModel):
 class MetricsConfig(_Strict):
     # `GET /metrics` on the gateway's own port, for callers with the `metrics` scope (or admin)
     enabled: bool = True
-    # "host:port": also (or instead, with `scope_protected: false`...) serve /metrics, unauthenticated, on a
-    # separate listener that only the scraper can reach
-    listen: str | None = None
+    # "host:port": also serve /metrics, unauthenticated, on a separate listener that only the scraper can reach
+    listen: str | None = Field(None, pattern=r"^[^\s:]*:[0-9]{1,5}$")
+    # answer `GET /metrics` on the gateway's own port (scope-protected); false with `listen`: only there
+    gateway_route: bool = True
     # label per-key series with the key id (off: key ids are unbounded; an operator with few keys may want them)
     key_labels: bool = False
 
