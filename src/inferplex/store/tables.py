@@ -10,9 +10,15 @@ engine, and cheap to compare. JSON columns hold lists and small mappings (scopes
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, BigInteger, Column, Float, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import JSON, BigInteger, Column, Float, Index, Integer, MetaData, String, Table, Text, text
 
 metadata = MetaData()
+
+# The upper bounds (ms, exclusive) of the rollups' latency histogram buckets; a last bucket holds the rest.
+# Fixed by migration 0016 (one column each, `lat_00` ...): changing them is a migration.
+LATENCY_BOUNDS_MS = (10, 25, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 7500, 10_000,
+                     15_000, 20_000, 30_000, 60_000, 120_000, 300_000)  # fmt: skip
+LATENCY_COLUMNS = tuple(f"lat_{i:02d}" for i in range(len(LATENCY_BOUNDS_MS) + 1))
 
 accounts = Table(
     "accounts",
@@ -107,8 +113,49 @@ usage = Table(
     Column("end_user", String(200)),
     Column("request_body", JSON),
     Column("response_body", JSON),
+    # migration 0016: what the console's request log shows (observe/faults.py for `error_type`)
+    Column("route", String(200)),  # the declared route template, e.g. /v1/chat/completions
+    Column("operation", String(40)),  # the endpoint family: chat, embeddings, image...
+    Column("error_type", String(40)),
+    Column("attempts", JSON),  # [{deployment, model, outcome, status, error, latency_ms}, ...]
+    Column("attempt_errors", Integer, nullable=False, server_default="0"),  # attempts that did not succeed
     Index("ix_usage_key_time", "key_id", "created_at"),
     Index("ix_usage_model_time", "model", "created_at"),
     Index("ix_usage_account_time", "account_id", "created_at"),
     Index("ix_usage_time", "created_at"),
+    Index("ix_usage_request_id", "request_id"),  # migration 0006
+    # the recent upstream failures (store/request_log.py), a small index beside the table
+    Index(
+        "ix_usage_attempt_errors",
+        "created_at",
+        sqlite_where=text("attempt_errors > 0"),
+        postgresql_where=text("attempt_errors > 0"),
+    ),
 )
+
+
+def _rollup(name: str) -> Table:
+    """An hourly or daily rollup of `usage` (migration 0016), written only by the triggers on `usage`'s
+    inserts, so every writer is counted once. A NULL in the usage row is '' here (a key column must be
+    comparable for the upsert; PostgreSQL's unique index treats NULLs as distinct)."""
+    return Table(
+        name,
+        metadata,
+        Column("bucket", BigInteger, primary_key=True),  # start, UNIX seconds (UTC)
+        Column("model", String(200), primary_key=True),
+        Column("provider", String(200), primary_key=True),
+        Column("key_id", String(40), primary_key=True),
+        Column("account_id", String(40), primary_key=True),
+        Column("requests", BigInteger, nullable=False),
+        Column("errors", BigInteger, nullable=False),  # status >= 400
+        Column("prompt_tokens", BigInteger, nullable=False),
+        Column("completion_tokens", BigInteger, nullable=False),
+        Column("cached_tokens", BigInteger, nullable=False),
+        Column("cost_micros", BigInteger, nullable=False),
+        Column("latency_ms_sum", Float, nullable=False),  # total_ms, over the rows that have one
+        *(Column(c, BigInteger, nullable=False) for c in LATENCY_COLUMNS),
+    )
+
+
+usage_hourly = _rollup("usage_hourly")
+usage_daily = _rollup("usage_daily")

@@ -26,6 +26,9 @@ log = logging.getLogger("inferplex.usage")
 GROUPS = ("day", "model", "key", "account", "tag")
 COLUMNS = tuple(c.name for c in t.usage.columns if c.name != "id")
 _JSON = frozenset(c.name for c in t.usage.columns if isinstance(c.type, JSON))
+# What a row written without the columns of migration 0016 holds in them (a spooled row kept by an older
+# version, the Unify dialect's logged queries): unknown, and no attempt failed.
+_LATER = {"route": None, "operation": None, "error_type": None, "attempts": None, "attempt_errors": 0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,14 +126,22 @@ class UsageStore:
     def __init__(self, db: Database) -> None:
         self.db = db
         # Made once: the engine's cheapest append (an executemany on the driver, or COPY), fed plain tuples.
-        self._insert = db.bulk_insert(t.usage, COLUMNS)
-        self._order = [(name, name in _JSON) for name in COLUMNS]
+        self._insert = db.bulk_insert(t.usage, [c for c in COLUMNS if c not in _LATER] + [*_LATER])
+        self._order = [(name, name in _JSON) for name in COLUMNS if name not in _LATER]
+        self._later = [(name, name in _JSON, _LATER[name]) for name in COLUMNS if name in _LATER]
 
     async def append(self, rows: list[dict[str, Any]]) -> None:
-        """Insert rows that carry every column of `COLUMNS` (the guard's usage rows)."""
+        """Insert rows that carry every column of `COLUMNS` (the guard's usage rows), or all but those of
+        `_LATER`."""
         if rows:
-            order = self._order
-            params = [tuple(_json(r[k]) if js else r[k] for k, js in order) for r in rows]
+            order, later = self._order, self._later
+            params = [
+                (
+                    *[_json(r[k]) if js else r[k] for k, js in order],
+                    *[_json(r.get(k, d)) if js else r.get(k, d) for k, js, d in later],
+                )
+                for r in rows
+            ]
             await self._insert(params)
 
     async def append_each(self, rows: list[dict[str, Any]]) -> int:
@@ -139,7 +150,7 @@ class UsageStore:
         cannot be reached (what was written stays written: calling again skips it)."""
         written = 0
         for row in rows:
-            clean = {k: cleaned(row[k]) for k in COLUMNS}
+            clean = {k: cleaned(row[k] if k not in _LATER else row.get(k, _LATER[k])) for k in COLUMNS}
             try:
                 written += await self.db.write(lambda conn, r=clean: _insert_once(r, conn))  # type: ignore[misc]
             except Exception as exc:
