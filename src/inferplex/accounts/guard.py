@@ -34,6 +34,7 @@ from inferplex.families.base import Family
 from inferplex.gateway_request import GatewayRequest
 from inferplex.limits import Hold, LimitStore, LimitsUnavailable, Rate
 from inferplex.limits.slots import FairSlots
+from inferplex.observe.faults import error_type
 from inferplex.pipeline import Admission, failure_error
 from inferplex.responses import ChatCompletion, ChatCompletionChunk, EmbeddingList, Usage
 from inferplex.routing.pricing import price_for
@@ -88,6 +89,10 @@ def _cap_reached(found: CapReached, amount: int, request_id: str, inferada: bool
     )
 
 
+_ERROR_CHARS = 300  # of an attempt's error message kept in the usage row (the console shows it)
+_FAILED = ("error", "failed_midstream")  # an attempt's outcomes that count against its deployment
+
+
 def _option(value: bool | None, default: bool) -> bool:
     """A log flag the request sent (its `GatewayOptions`, checked by the dialect), else the operator's."""
     return default if value is None else value
@@ -138,7 +143,7 @@ class AccountGuard:
             reserved = await self._reserve(ctx, family, model, request, prompt) if family.billed else 0
         except GatewayError as err:
             await self._release(held)
-            self._log(ctx, model, request, err.status, Tokens(), 0)
+            self._log(ctx, model, request, err.status, Tokens(), 0, err)
             raise
         except LimitsUnavailable:
             await self._release(held)
@@ -264,8 +269,12 @@ class AccountGuard:
                 "account_id": held.account_id, "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0,
                 "estimated": 0, "cost_micros": cost or 0, "total_ms": 0.0, "upstream_ms": 0.0, "ttft_ms": None,
                 "queued_ms": 0.0, "tags": [], "end_user": None, "request_body": None, "response_body": None,
+                "route": None, "operation": None, "attempts": [], "attempt_errors": 0,
             }  # fmt: skip
-            self.usage.record({**row, **usage})
+            row.update(usage)
+            if "error_type" not in row:
+                row["error_type"] = error_type(None, int(row.get("status") or 0))
+            self.usage.record(row)
 
     async def _release(self, held: list[_Held]) -> None:
         for h in held:
@@ -275,9 +284,21 @@ class AccountGuard:
                 log.exception("could not release a concurrency slot")
 
     def _log(
-        self, ctx: Context, model: ModelConfig, request: GatewayRequest[Any], status: int, tokens: Tokens, cost: int
+        self,
+        ctx: Context,
+        model: ModelConfig,
+        request: GatewayRequest[Any],
+        status: int,
+        tokens: Tokens,
+        cost: int,
+        error: GatewayError | None = None,
     ) -> None:
         p = ctx.principal
+        attempts = [
+            {"deployment": a.deployment, "model": a.model, "outcome": a.outcome, "status": a.status,
+             "error": a.error[:_ERROR_CHARS] if a.error else a.error, "latency_ms": a.latency_ms}
+            for a in ctx.attempt_log
+        ]  # fmt: skip
         total_ms, upstream_ms = ctx.timings.spans_ms()
         target = ctx.target
         tags = [*p.tags, *request.options.tags]
@@ -303,6 +324,11 @@ class AccountGuard:
             "end_user": request.body.user,
             "request_body": None,
             "response_body": None,
+            "route": ctx.route_template or None,
+            "operation": ctx.operation,
+            "error_type": error_type(error or ctx.failure, status),
+            "attempts": attempts,
+            "attempt_errors": sum(1 for a in ctx.attempt_log if a.outcome in _FAILED),
         }
         if _option(request.options.log_query_body, self.config.log_query_body):
             row["request_body"] = request.body.model_dump(mode="json", exclude_none=True)
