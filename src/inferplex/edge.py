@@ -142,6 +142,7 @@ def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, d
         hub = ctx.hub = getattr(request.app.state, "hub", NULL_HUB)
         if hub.active:
             ctx.route_template = TEMPLATES.get(run, "other")
+            ctx.trace = request.headers  # the caller's trace context, for a tracing sink to read (it replaces it)
             hub.started(ctx, request.method)
             return Observed(await _answer(request, ctx), ctx, request.method)
         return await _answer(request, ctx)
