@@ -11,12 +11,17 @@ function, a Lua script).
 A caller cancelled while its item is in flight cannot take the item back: it is applied anyway. Its result
 goes to `orphaned`, so the owner can give back what the item took (a credit reservation, a concurrency
 slot) instead of leaking it.
+
+An operator sees each store's round trips through `watch` (observe/metrics.py): one callback per batch with
+its duration and whether it failed, so the cost is per round trip, not per item, and nothing while no one
+watches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -24,6 +29,9 @@ I = TypeVar("I")  # noqa: E741 - the item type
 O = TypeVar("O")  # noqa: E741 - the result type
 
 log = logging.getLogger("inferplex.batching")
+
+# Told of every round trip of a watched store: (store name, seconds, whether it succeeded).
+StoreObserver = Callable[[str, float, bool], None]
 
 
 class _Then(Generic[O]):
@@ -75,6 +83,11 @@ class Batcher(Generic[I, O]):
         self._added = 0  # items queued so far, ever
         self._done = 0  # of those, the ones whose batch is over (applied, failed, or skipped)
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []  # `drained` callers: (their `_added`, future)
+        self._watch: tuple[str, StoreObserver] | None = None
+
+    def watch(self, store: str, observe: StoreObserver | None) -> None:
+        """Report each batch's round trip as `store` to `observe` (None: stop)."""
+        self._watch = None if observe is None else (store, observe)
 
     def enqueue(self, item: I, *, keep: bool = False) -> asyncio.Future[O]:
         """Queue `item` now; its result (or the exception its batch raised) comes in the future. Lets a
@@ -116,6 +129,8 @@ class Batcher(Generic[I, O]):
         batch = [entry for entry in batch if entry[2] or not entry[1].cancelled()]  # nobody waits
         if not batch:
             return
+        watch = self._watch
+        started = time.perf_counter() if watch is not None else 0.0
         try:
             results = await self._run([item for item, _, _ in batch])
             if len(results) != len(batch):
@@ -126,10 +141,14 @@ class Batcher(Generic[I, O]):
             self._queue = []
             raise
         except Exception as exc:
+            if watch is not None:
+                _tell(watch, started, ok=False)
             for _, future, _ in batch:
                 if not future.done():
                     future.set_exception(exc)
             return
+        if watch is not None:
+            _tell(watch, started, ok=True)
         for (item, future, _), result in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(result)
@@ -163,3 +182,10 @@ class Batcher(Generic[I, O]):
         """At shutdown: everything queued is applied (or fails) before this returns; nothing is lost."""
         while self._drainer is not None:
             await asyncio.shield(self._drainer)
+
+
+def _tell(watch: tuple[str, StoreObserver], started: float, *, ok: bool) -> None:
+    try:
+        watch[1](watch[0], time.perf_counter() - started, ok)
+    except Exception:
+        log.exception("a store observer failed")

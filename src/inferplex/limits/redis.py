@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
-from inferplex.batching import Batcher
+from inferplex.batching import Batcher, StoreObserver
 from inferplex.limits import ROUNDING_S, Hold, LimitsUnavailable, Quota, Rate, Verdict, remaining
 from inferplex.limits.leases import Leases, Slot
 from inferplex.redis_script import DedicatedScript
@@ -456,6 +456,10 @@ class RedisLimits:
 
     async def in_use(self, key: str) -> int:
         return int(await self._count(keys=[self.prefix + "conc:" + key]))
+
+    def watch(self, observe: StoreObserver | None) -> None:
+        """Report each batched script call (every request's admit and finish) as the `limits` store."""
+        self._batch.watch("limits", observe)
 
     async def aclose(self) -> None:
         await self._batch.aclose()

@@ -3,6 +3,9 @@
 Within a replica, waiters for a key form a FIFO queue and only its head asks the store for a slot, so a
 newcomer never overtakes someone already waiting. The head is woken by a local release at once, and
 otherwise re-asks the store every `poll_s` (slots freed by another replica are only seen that way).
+
+Operators see the queue (observe/metrics.py): `waiting` at each scrape, and `on_wait` told of each wait that
+queued (the seconds, and whether a slot came), so the uncontended path reports nothing and costs nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 import bisect
 import itertools
 import time
+from collections.abc import Callable
 
 from inferplex.limits import LimitStore
 
@@ -29,6 +33,13 @@ class FairSlots:
         self.poll_s = poll_s
         self._queues: dict[str, list[_Waiter]] = {}
         self._arrivals = itertools.count()
+        # Told of each wait that queued: (seconds waited, whether a slot came). Set by the metrics sink.
+        self.on_wait: Callable[[float, bool], None] | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Requests on this replica queued for a slot, over every key."""
+        return sum(len(q) for q in self._queues.values())
 
     async def acquire(self, key: str, limit: int, holder: str, max_wait_s: float) -> float | None:
         """Seconds waited once a slot is held, or None if none came free within `max_wait_s`."""
@@ -42,9 +53,10 @@ class FairSlots:
         try:
             while True:
                 if queue[0] is me and await self.store.try_acquire(key, limit, holder):
-                    return time.monotonic() - start
+                    return self._waited(time.monotonic() - start, True)
                 remaining = start + max_wait_s - time.monotonic()
                 if remaining <= 0:
+                    self._waited(max_wait_s, False)
                     return None
                 me.event.clear()
                 try:
@@ -58,6 +70,11 @@ class FairSlots:
                 self._queues.pop(key, None)
             elif was_head:
                 queue[0].event.set()
+
+    def _waited(self, seconds: float, acquired: bool) -> float:
+        if self.on_wait is not None:
+            self.on_wait(seconds, acquired)
+        return seconds
 
     def queued(self, key: str) -> bool:
         """Whether requests on this replica wait for `key`: a newcomer must then queue behind them."""

@@ -17,6 +17,9 @@ sends again) until its connection is found lost, and everything is forgotten at 
 published meanwhile is missed for longer than it takes to notice the loss: at once for a closed connection,
 within `check_s` (a ping) for one that died silently. A failure seen by the replica itself also makes it ask
 Redis again. The breaker steers traffic; it is not a limit that must hold exactly.
+
+`states` reads breakers without touching them (no probe taken): what operators see, in the console's
+deployment health and the metrics' breaker gauge (routing/health.py).
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from inferplex.batching import Batcher
+from inferplex.batching import Batcher, StoreObserver
 from inferplex.config import CooldownConfig
 from inferplex.listening import keep_listening, stop
 
@@ -51,6 +54,13 @@ class Check:
     retry_in: float = 0.0
 
 
+# What an operator sees: closed; open (skipped for `retry_in` more seconds); half-open (its open period is
+# over: the next request probes it, or a probe is in flight).
+BreakerState = Literal["closed", "open", "half_open"]
+State = tuple[BreakerState, float]
+_SEEN_CLOSED: State = ("closed", 0.0)
+
+
 class Cooldowns(Protocol):
     async def check(self, key: str, policy: CooldownConfig) -> Check: ...
 
@@ -59,6 +69,10 @@ class Cooldowns(Protocol):
         ...
 
     async def success(self, key: str) -> None: ...
+
+    async def states(self, keys: Sequence[str]) -> list[State]:
+        """Each breaker's state and seconds until it lets a probe through, read without changing it."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -103,6 +117,13 @@ class Breaker:
         if self.open_until is not None and now >= self.open_until:
             self.open_until = self.probe_until = None
 
+    def state(self, now: float) -> State:
+        if self.open_until is None:
+            return _SEEN_CLOSED
+        if now < self.open_until:
+            return "open", self.open_until - now
+        return "half_open", 0.0
+
 
 class MemoryCooldowns:
     """One replica's view; enough for a single gateway process."""
@@ -128,6 +149,10 @@ class MemoryCooldowns:
         found = self._breakers.get(key)
         if found is not None:
             found.success(self._clock())
+
+    async def states(self, keys: Sequence[str]) -> list[State]:
+        now, found = self._clock(), self._breakers
+        return [found[k].state(now) if k in found else _SEEN_CLOSED for k in keys]
 
     async def aclose(self) -> None:
         return None
@@ -199,6 +224,25 @@ return 1
 """
 )
 
+# Many breakers read, none changed. KEYS: (open, probe) per breaker. Returns "<0 closed, 1 half-open, 2 open>
+# <seconds until a probe may go>" per breaker, joined by commas.
+_STATES = (
+    _NOW
+    + """
+local out = {}
+for i = 1, #KEYS / 2 do
+  local open = redis.call('GET', KEYS[i * 2 - 1])
+  local state, wait = 0, '0'
+  if open then
+    local untl = tonumber(open)
+    if now < untl then state, wait = 2, tostring(untl - now) else state = 1 end
+  end
+  out[#out + 1] = state .. ' ' .. wait
+end
+return table.concat(out, ',')
+"""
+)
+
 # How long a half-open breaker waits for its probe before Redis forgets it (and the deployment is tried again).
 _OPEN_KEEP_S = 600
 
@@ -222,6 +266,8 @@ class RedisCooldowns:
         self._check = DedicatedScript(self._redis, _CHECK)
         self._failure = self._redis.register_script(_FAILURE)
         self._success = self._redis.register_script(_SUCCESS)
+        self._states = self._redis.register_script(_STATES)
+        self._observe: StoreObserver | None = None
         # Every request checks its deployment: concurrent checks share one script call.
         self._checks: Batcher[tuple[str, int], tuple[int, float]] = Batcher(self._check_many)
 
@@ -296,20 +342,48 @@ class RedisCooldowns:
             *(policy.window, policy.failures, policy.period, secrets.token_hex(8), keep_ms),
             *(self._channel, key),
         ]
+        started = time.perf_counter()
         try:
             opened = await self._failure(
                 keys=[self._k(key, "fails"), self._k(key, "open"), self._k(key, "probe")], args=args
             )
         except Exception as exc:
+            self._told(started, False)
             log.warning("cooldown store unavailable (%s): failure of %s not recorded", exc, key)
             return False
+        self._told(started, True)
         return bool(opened)
 
     async def success(self, key: str) -> None:
+        started = time.perf_counter()
         try:
             await self._success(keys=[self._k(key, "open"), self._k(key, "probe")])
         except Exception as exc:
+            self._told(started, False)
             log.warning("cooldown store unavailable (%s): success of %s not recorded", exc, key)
+            return
+        self._told(started, True)
+
+    def watch(self, observe: StoreObserver | None) -> None:
+        """Report every call to Redis (batched checks, failures, successes) as the `breakers` store."""
+        self._observe = observe
+        self._checks.watch("breakers", observe)
+
+    def _told(self, started: float, ok: bool) -> None:
+        if self._observe is not None:
+            self._observe("breakers", time.perf_counter() - started, ok)
+
+    async def states(self, keys: Sequence[str]) -> list[State]:
+        if not keys:
+            return []
+        names = [self._k(key, part) for key in keys for part in ("open", "probe")]
+        try:
+            reply: bytes = await self._states(keys=names)
+        except Exception as exc:  # as `check`: an unreachable store reads as closed
+            log.warning("cooldown store unavailable (%s): breakers read as closed", exc)
+            return [_SEEN_CLOSED] * len(keys)
+        named: tuple[BreakerState, ...] = ("closed", "half_open", "open")
+        return [(named[int(state)], float(wait)) for state, wait in (one.split() for one in reply.split(b","))]
 
     async def aclose(self) -> None:
         if self._listener is not None:

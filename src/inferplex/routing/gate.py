@@ -93,6 +93,11 @@ class RateWindow:
             return self._tokens[0][0] + WINDOW - now
         return None
 
+    def used(self) -> tuple[int, int]:
+        """(requests, tokens) counted in the last minute: only those a limit is set for are counted."""
+        self._trim(self._clock())
+        return len(self._requests), self._token_sum
+
     def note_request(self) -> None:
         if self.rpm is not None:
             self._requests.append(self._clock())

@@ -1,7 +1,7 @@
 """What the latency-aware and load-aware strategies read: per-deployment moving averages and in-flight counts.
 
 Kept per replica, in memory: latency is a local observation (each replica measures its own path) and the
-in-flight count is exactly what this replica has open.
+in-flight count is exactly what this replica has open. Operators read the same numbers (routing/health.py).
 """
 
 from __future__ import annotations
@@ -33,3 +33,7 @@ class Stats:
         if found is None:
             found = self._by_key[key] = DeploymentStats()
         return found
+
+    def get(self, key: str) -> DeploymentStats | None:
+        """The deployment's statistics if it was ever tried, without creating them (for readers)."""
+        return self._by_key.get(key)
