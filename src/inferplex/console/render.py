@@ -98,13 +98,23 @@ def problem(request: Request, error: GatewayError) -> Response:
     return page(request, "error.html", {"error": error}, error.status if 400 <= error.status < 600 else 500)
 
 
+def _storable(request: Request) -> None:
+    """No path or query parameter holding NUL, which no store can hold (PostgreSQL refuses it even in a
+    comparison): a 400 naming it, whichever parameter the page reads."""
+    for name, value in [*request.path_params.items(), *request.query_params.multi_items()]:
+        if "\x00" in value:
+            raise InvalidRequest(f"`{name}` contains a NUL character.", param=name)
+
+
 def guarded(handler: Page) -> Page:
     """A page handler whose `SignInRequired` becomes a 303 to the sign-in page, and whose `GatewayError`s
-    (a CSRF refusal, an unknown id, an admin operation's refusal) become an error page with their status."""
+    (a CSRF refusal, an unknown id, an admin operation's refusal, a parameter holding NUL) become an error
+    page with their status."""
 
     @functools.wraps(handler)
     async def run(request: Request) -> Response:
         try:
+            _storable(request)
             return await handler(request)
         except SignInRequired:
             return see_other("/ui/login")
