@@ -1,10 +1,306 @@
-"""Placeholder (issue 24): the metrics sink. Replaced by its owner."""
+"""Prometheus metrics: the hub's sink that counts every request, attempt and breaker change, and `/metrics`.
+
+Names follow OpenTelemetry's GenAI semantic conventions where they exist, spelled as OTel's own Prometheus
+exporter spells them (dots as underscores, the unit as a suffix): `gen_ai_client_token_usage`,
+`gen_ai_server_request_duration_seconds`, `gen_ai_server_time_to_first_token_seconds` and
+`gen_ai_server_time_per_output_token_seconds`, labelled with `gen_ai_operation_name`, `gen_ai_provider_name`
+(GenAI's well-known names: `gcp.gemini`, `aws.bedrock`, ...), `gen_ai_request_model`,
+`gen_ai_response_model` and `error_type`. The gateway's own are `inferplex_*` (docs/operate.md lists them).
+
+Every label is bounded: route templates (never paths), deployment keys and model names from the
+configuration, closed error types (faults.py), and key ids only when the operator turns `key_labels` on.
+
+Each app has its own registry (many live in one test process), and the series are plain dicts updated on
+the event loop (metrics_series.py), so a request pays a few dict updates; per-deployment state (breakers,
+in flight, queues) is read from the router once per scrape (routing/health.py), not tracked per request.
+"""
 
 from __future__ import annotations
 
-from inferplex.config import Config
-from inferplex.observe.hub import Sink
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
+from inferplex import __version__
+from inferplex.config import Config, ProviderConfig
+from inferplex.observe.faults import error_type
+from inferplex.observe.hub import Env, Sink
+from inferplex.observe.metrics_series import Collector, Counter, Gauge, Histogram, Labels
+from inferplex.observe.settings import MetricsConfig
+from inferplex.providers.profiles import profile_for
+from inferplex.routing.health import DeploymentHealth, snapshot
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from inferplex.context import Attempt, Context
+
+log = logging.getLogger("inferplex.observe")
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # the text format every Prometheus-compatible scraper reads
+
+# OpenTelemetry's buckets for the GenAI metrics (gen-ai-metrics.md: ExplicitBucketBoundaries advice).
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+# The gateway's own: a request or an attempt (sub-millisecond answers up to long streams), a store call.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+STORE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+QUEUE_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+# GenAI's well-known `gen_ai.provider.name` values, by provider kind, and by vendor profile for the
+# OpenAI-compatible kind; anything else is named by its kind (or profile) as it is.
+_KIND_NAMES = {"anthropic": "anthropic", "gemini": "gcp.gemini", "azure": "azure.ai.openai", "bedrock": "aws.bedrock"}
+_PROFILE_NAMES = {"mistral": "mistral_ai", "xai": "x_ai"}
+# GenAI's `gen_ai.operation.name` where it names the family differently (the others keep the family's name).
+_OPERATIONS = {"embedding": "embeddings"}
+_BREAKER_VALUES = {"closed": 0.0, "open": 1.0, "half_open": 2.0}
+_GENAI = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model")
+
+
+def genai_provider(provider: ProviderConfig) -> str:
+    """GenAI's name for who answers: the kind, or for an OpenAI-compatible provider its vendor profile."""
+    if provider.kind == "openai":
+        profile = profile_for(provider.profile, provider.name).name
+        return _PROFILE_NAMES.get(profile, profile)
+    return _KIND_NAMES.get(provider.kind, provider.kind)
+
+
+class MetricsSink(Sink):
+    def __init__(self, config: MetricsConfig, providers: list[ProviderConfig]) -> None:
+        self.config = config
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._providers = {p.name: genai_provider(p) for p in providers}
+        self._key_labels = config.key_labels
+        key: tuple[str, ...] = ("key_id",) if config.key_labels else ()
+        self._active = 0
+        self._streams = 0
+        self._health: list[DeploymentHealth] = []
+        self._router: Any = None
+        self._slots: Any = None
+        self._listener: web.AppRunner | None = None
+        self._statuses: dict[int, str] = {}
+        s = self._series = Collector()
+
+        # ---- GenAI semantic conventions ----
+        self.genai_tokens = Histogram(
+            "gen_ai_client_token_usage", "Tokens used per request (input, output)", (*_GENAI, "gen_ai_token_type"),
+            TOKEN_BUCKETS,
+        )  # fmt: skip
+        self.genai_seconds = Histogram(
+            "gen_ai_server_request_duration_seconds", "Model request duration, as the gateway served it",
+            (*_GENAI, "error_type"), DURATION_BUCKETS,
+        )  # fmt: skip
+        self.genai_ttft = Histogram(
+            "gen_ai_server_time_to_first_token_seconds", "Time to the first output token of a successful stream",
+            _GENAI, TTFT_BUCKETS,
+        )  # fmt: skip
+        self.genai_tpot = Histogram(
+            "gen_ai_server_time_per_output_token_seconds",
+            "Time per output token after the first, for successful streams", _GENAI, TPOT_BUCKETS,
+        )  # fmt: skip
+        # ---- the gateway's own ----
+        self.requests = Counter(
+            "inferplex_requests_total", "Requests answered, by route template, dialect, status and error type",
+            ("route", "method", "dialect", "status", "error_type", *key),
+        )  # fmt: skip
+        self.request_seconds = Histogram(
+            "inferplex_request_duration_seconds", "Time from arrival to the last byte out, by route template",
+            ("route", "method"), LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.attempts = Counter(
+            "inferplex_upstream_attempts_total",
+            "Upstream attempts by deployment and outcome",
+            ("deployment", "outcome"),
+        )
+        self.upstream_seconds = Histogram(
+            "inferplex_upstream_latency_seconds",
+            "Time to a deployment's answer (a stream's first chunk), by deployment and outcome",
+            ("deployment", "outcome"), LATENCY_BUCKETS,
+        )  # fmt: skip
+        self.fallbacks = Counter(
+            "inferplex_fallbacks_total",
+            "Requests served by another deployment (kind=deployment) or another model (kind=model) than first tried",
+            ("model", "kind"),
+        )
+        self.breaker_opens = Counter(
+            "inferplex_breaker_opens_total", "Circuit breakers this replica opened", ("deployment",)
+        )
+        self.breaker_closes = Counter(
+            "inferplex_breaker_closes_total", "Circuit breakers closed by a successful probe", ("deployment",)
+        )
+        self.cost = Counter("inferplex_cost_micros_total", "Cost charged, in micro-USD", ("model", "provider", *key))
+        self.tokens = Counter(
+            "inferplex_tokens_total", "Tokens charged (input, output)", ("model", "provider", "token_type", *key)
+        )
+        self.queue_wait = Histogram(
+            "inferplex_queue_wait_seconds", "Waits for a concurrency slot (limits' fair queue) that queued",
+            ("outcome",), QUEUE_BUCKETS,
+        )  # fmt: skip
+        self.store_seconds = Histogram(
+            "inferplex_store_duration_seconds", "Round trips to the stores (SQL and Redis)", ("store",), STORE_BUCKETS
+        )
+        self.store_errors = Counter("inferplex_store_errors_total", "Store round trips that failed", ("store",))
+        for series in (
+            self.genai_tokens, self.genai_seconds, self.genai_ttft, self.genai_tpot, self.requests,
+            self.request_seconds, self.attempts, self.upstream_seconds, self.fallbacks, self.breaker_opens,
+            self.breaker_closes, self.cost, self.tokens, self.queue_wait, self.store_seconds, self.store_errors,
+        ):  # fmt: skip
+            s.add(series)
+        # ---- read at each scrape ----
+        gauges: list[tuple[str, str, tuple[str, ...], Any]] = [
+            ("inferplex_active_requests", "Requests being served now", (), lambda: [((), self._active)]),
+            ("inferplex_active_streams", "Streamed answers being sent now", (), lambda: [((), self._streams)]),
+            ("inferplex_queue_depth", "Requests waiting for a concurrency slot (limits' fair queue)", (),
+             lambda: [((), self._slots.waiting if self._slots is not None else 0)]),
+            ("inferplex_breaker_state", "Circuit breaker per deployment: 0 closed, 1 open, 2 half-open",
+             ("deployment",), lambda: self._per_deployment(lambda h: _BREAKER_VALUES[h["breaker"]])),
+            ("inferplex_breaker_retry_in_seconds", "Seconds until an open breaker lets a probe through (cooldown)",
+             ("deployment",), lambda: self._per_deployment(lambda h: h["retry_in_s"])),
+            ("inferplex_deployment_in_flight", "Attempts open on each deployment",
+             ("deployment",), lambda: self._per_deployment(lambda h: h["in_flight"])),
+            ("inferplex_deployment_queue_depth", "Requests waiting for a deployment's concurrency",
+             ("deployment",), lambda: self._per_deployment(lambda h: h["queued"])),
+            ("inferplex_build_info", "The gateway's version", ("version",), lambda: [((__version__,), 1.0)]),
+        ]  # fmt: skip
+        for name, doc, labels, read in gauges:
+            s.add(Gauge(name, doc, labels, read))
+        self.registry.register(s)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+
+    # ---- lifecycle -------------------------------------------------------------------------------------
+
+    async def start(self, env: Env) -> None:
+        self._router = env.router
+        if env.accounts is not None:
+            env.accounts.watch(self._store, self._queued)
+            self._slots = env.accounts.guard.slots
+        watch = getattr(getattr(env.router, "cooldowns", None), "watch", None)
+        if watch is not None:
+            watch(self._store)
+        if self.config.listen:
+            from inferplex.observe.metrics_listener import listen
+
+            self._listener = await listen(self, self.config.listen)
+
+    async def aclose(self) -> None:
+        if self._listener is not None:
+            await self._listener.cleanup()
+            self._listener = None
+
+    async def scrape(self) -> bytes:
+        """The exposition text, with the per-deployment state read now."""
+        if self._router is not None:
+            try:
+                self._health = await snapshot(self._router)
+            except Exception:
+                log.exception("reading deployment health for /metrics failed")
+        return generate_latest(self.registry)
+
+    def _per_deployment(self, value: Any) -> list[tuple[Labels, float]]:
+        seen: dict[str, float] = {}
+        for row in self._health:
+            seen.setdefault(row["deployment"], float(value(row)))
+        return [((key,), v) for key, v in seen.items()]
+
+    # ---- callbacks from the stores ----------------------------------------------------------------------
+
+    def _store(self, store: str, seconds: float, ok: bool) -> None:
+        self.store_seconds.observe((store,), seconds)
+        if not ok:
+            self.store_errors.inc((store,))
+
+    def _queued(self, seconds: float, acquired: bool) -> None:
+        self.queue_wait.observe(("acquired" if acquired else "timed_out",), seconds)
+
+    # ---- hooks -----------------------------------------------------------------------------------------
+
+    def started(self, ctx: Context, method: str) -> None:
+        self._active += 1
+
+    def responded(self, ctx: Context, status: int, streaming: bool) -> None:
+        if streaming:
+            self._streams += 1
+
+    def finished(self, ctx: Context, method: str, status: int, streaming: bool) -> None:
+        self._active -= 1
+        if streaming:
+            self._streams -= 1
+        seconds = time.perf_counter() - ctx.timings.start
+        if status == 499:
+            kind = "caller.disconnected"
+        elif ctx.error is not None or status >= 400:
+            kind = error_type(ctx.error, status) or ""
+        elif ctx.failure is not None:  # a stream that failed after its first byte (status 200)
+            kind = error_type(ctx.failure, ctx.failure.status) or ""
+        else:
+            kind = ""
+        code = self._statuses.get(status)
+        if code is None:
+            code = self._statuses[status] = str(status)
+        if self._key_labels:
+            key: Labels = ("" if kind == "policy.unauthenticated" else ctx.principal.key_id or "",)
+            self.requests.inc((ctx.route_template, method, ctx.dialect, code, kind, *key))
+        else:
+            key = ()
+            self.requests.inc((ctx.route_template, method, ctx.dialect, code, kind))
+        self.request_seconds.observe((ctx.route_template, method), seconds)
+        if ctx.operation is not None and ctx.model is not None:
+            self._model_request(ctx, seconds, kind, streaming, key)
+
+    def _model_request(self, ctx: Context, seconds: float, kind: str, streaming: bool, key: Labels) -> None:
+        assert ctx.model is not None
+        tries = ctx.attempt_log
+        requested = tries[0].model if tries else ctx.model.name
+        target = ctx.target
+        provider = self._providers.get(target.provider.name, "") if target is not None else ""
+        answered = target.upstream_model if target is not None and not kind else ""
+        operation = ctx.operation or ""
+        operation = _OPERATIONS.get(operation, operation)
+        labels = (operation, provider, requested, answered)
+        self.genai_seconds.observe((*labels, kind), seconds)
+        if len(tries) > 1 and not kind:
+            first, served = tries[0], tries[-1]
+            if served.model != first.model:
+                self.fallbacks.inc((requested, "model"))
+            elif served.deployment != first.deployment:
+                self.fallbacks.inc((requested, "deployment"))
+        usage = ctx.usage
+        if usage and target is not None:
+            served_by = (ctx.model.name, target.provider.name)
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            if isinstance(prompt, int):
+                self.genai_tokens.observe((*labels, "input"), prompt)
+                self.tokens.inc((*served_by, "input", *key), prompt)
+            if isinstance(completion, int):
+                self.genai_tokens.observe((*labels, "output"), completion)
+                self.tokens.inc((*served_by, "output", *key), completion)
+            timings = ctx.timings
+            if streaming and not kind and timings.first_token:
+                self.genai_ttft.observe(labels, timings.first_token - timings.start)
+                if isinstance(completion, int) and completion > 1 and timings.upstream_end > timings.first_token:
+                    self.genai_tpot.observe(labels, (timings.upstream_end - timings.first_token) / (completion - 1))
+        if ctx.cost_micros and target is not None:
+            self.cost.inc((ctx.model.name, target.provider.name, *key), ctx.cost_micros)
+
+    def attempt_finished(self, ctx: Context, record: Attempt) -> None:
+        outcome = record.outcome
+        self.attempts.inc((record.deployment, outcome))
+        if record.latency_ms > 0 and outcome in ("ok", "error"):
+            self.upstream_seconds.observe((record.deployment, outcome), record.latency_ms / 1000)
+
+    def breaker(self, deployment: str, opened: bool) -> None:
+        (self.breaker_opens if opened else self.breaker_closes).inc((deployment,))
 
 
 def sink(config: Config) -> Sink | None:
-    return None
+    settings = config.observability.metrics
+    if not settings.enabled:
+        return None
+    return MetricsSink(settings, list(config.providers))
