@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,6 +94,16 @@ _ERROR_CHARS = 300  # of an attempt's error message kept in the usage row (the c
 _FAILED = ("error", "failed_midstream")  # an attempt's outcomes that count against its deployment
 
 
+def _failure_type(caught: BaseException | None) -> str | None:
+    """The closed error type of a request that failed while routing: its router's error, or the caller's
+    leaving (a cancelled request), else an upstream failure."""
+    if isinstance(caught, GatewayError):
+        return error_type(caught, caught.status)
+    if isinstance(caught, asyncio.CancelledError):
+        return "caller.disconnected"
+    return "provider.upstream_error"
+
+
 def _option(value: bool | None, default: bool) -> bool:
     """A log flag the request sent (its `GatewayOptions`, checked by the dialect), else the operator's."""
     return default if value is None else value
@@ -143,7 +154,7 @@ class AccountGuard:
             reserved = await self._reserve(ctx, family, model, request, prompt) if family.billed else 0
         except GatewayError as err:
             await self._release(held)
-            self._log(ctx, model, request, err.status, Tokens(), 0, err)
+            self._log(ctx, model, request, err.status, Tokens(), 0, error_type(err, err.status))
             raise
         except LimitsUnavailable:
             await self._release(held)
@@ -291,8 +302,10 @@ class AccountGuard:
         status: int,
         tokens: Tokens,
         cost: int,
-        error: GatewayError | None = None,
+        kind: str | None = None,
     ) -> None:
+        """Queue the request's usage row; `kind` is its closed error type when the caller knows it (else from
+        a stream's mid-way failure, or the status)."""
         p = ctx.principal
         attempts = [
             {"deployment": a.deployment, "model": a.model, "outcome": a.outcome, "status": a.status,
@@ -326,7 +339,7 @@ class AccountGuard:
             "response_body": None,
             "route": ctx.route_template or None,
             "operation": ctx.operation,
-            "error_type": error_type(error or ctx.failure, status),
+            "error_type": kind or error_type(ctx.failure, status),
             "attempts": attempts,
             "attempt_errors": sum(1 for a in ctx.attempt_log if a.outcome in _FAILED),
         }
@@ -375,18 +388,21 @@ class _Admission:
     async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
         tokens, cost = (Tokens(), 0) if failed else self._priced(ctx, usage)
         ctx.cost_micros = cost
-        status = 200
+        status, kind = 200, None
         if failed:
             last = ctx.attempt_log[-1].status if ctx.attempt_log else None
             status = last if last and last >= 400 else 502
+            # A failed settlement runs while the routing failure is being handled (pipeline._routed): that
+            # error, not the upstream's status alone, says whose fault it was (a timeout, no deployment left).
+            kind = _failure_type(ctx.failure or sys.exc_info()[1])
         elif ctx.failure is not None:  # a stream that failed mid-way, billed for what it delivered
             status = ctx.failure.status
         age = time.monotonic() - self.admitted_at
         corrections = self.plan.corrections(ctx.prompt_tokens_estimate, tokens.prompt, tokens.completion, age)
         if self._books(ctx, corrections, cost):
-            await self._book(ctx, tokens, cost, status, corrections)
+            await self._book(ctx, tokens, cost, status, corrections, kind)
         else:  # nothing for a store
-            self.guard._log(ctx, self.model, self.request, status, tokens, cost)
+            self.guard._log(ctx, self.model, self.request, status, tokens, cost, kind)
 
     def settle_later(self, ctx: Context, usage: Usage | None) -> tuple[Deferred, int]:
         """Price the request as `settle` would, but book nothing: the reservation stays held and is handed back
@@ -416,7 +432,15 @@ class _Admission:
             return True
         return bool(corrections)
 
-    async def _book(self, ctx: Context, tokens: Tokens, cost: int, status: int, corrections: list[Rate]) -> None:
+    async def _book(
+        self,
+        ctx: Context,
+        tokens: Tokens,
+        cost: int,
+        status: int,
+        corrections: list[Rate],
+        kind: str | None = None,
+    ) -> None:
         """Queued with the stores (batching.py), not awaited: the answer's cost is already known, and a
         buffered answer need not wait a round trip for the books. The stores apply a replica's items in the
         order they were queued, so the caller's next request (a reservation, a slot) comes after this
@@ -436,7 +460,7 @@ class _Admission:
                 released(finished)
             else:
                 finished.add_done_callback(released)
-        g._log(ctx, self.model, self.request, status, tokens, cost)
+        g._log(ctx, self.model, self.request, status, tokens, cost, kind)
 
 
 def _settled(request_id: str, account_id: str, balance: int | None, error: BaseException | None) -> None:
