@@ -4,6 +4,7 @@ the API with the keys the pages made (the openai SDK)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -212,3 +213,191 @@ def test_another_session_s_token_is_refused(server: GatewayServer, browser: Brow
     other.sign_in(server.master_key)
     foreign = _csrf(other.get("/ui/keys").text)
     assert browser.http.post("/ui/keys", data={"name": "x", "csrf": foreign}).status_code == 403
+
+
+# ---- keys ------------------------------------------------------------------------------------------------
+
+
+def _new_key(browser: Browser, **form: object) -> tuple[str, str]:
+    """Create a key through the page: (its id, the secret the page showed once)."""
+    created = browser.post("/ui/keys", {"scopes_shown": "1", **form})
+    assert created.status_code == 200, created.text
+    secret = _testid(created.text, "new-secret")
+    found = re.search(r'href="/ui/keys/(key_[^"]+)"', created.text)
+    assert found
+    return found.group(1), secret
+
+
+def test_a_key_made_in_the_page_has_every_field_and_works_through_the_api(
+    server: GatewayServer, browser: Browser
+) -> None:
+    account = _admin(server, "POST", "/admin/accounts", json={"name": "acme", "credits_micros": 10**9}).json()
+    key_id, secret = _new_key(
+        browser,
+        name="web",
+        account_id=account["id"],
+        scopes=["chat", "models:read"],
+        allowed_models="echo-*, embed-model",
+        allowed_ips="127.0.0.1, 10.0.0.0/8",
+        tags="team-a, beta",
+        rpm="120",
+        tpm="50000",
+        max_concurrent="4",
+        monthly_cap_micros="5000000",
+        expires_at="2099-01-02T03:04",
+        metadata='{"owner": "ana"}',
+        default_processors="",
+        enforced_processors="",
+        limit_rules='[{"metric": "requests", "period": "day", "max": 1000}]',
+        user_limit_rules="",
+    )
+    stored = _admin(server, "GET", f"/admin/keys/{key_id}").json()
+    assert stored["name"] == "web" and stored["account_id"] == account["id"]
+    assert stored["scopes"] == ["chat", "models:read"]
+    assert stored["allowed_models"] == ["echo-*", "embed-model"]
+    assert stored["allowed_ips"] == ["127.0.0.1", "10.0.0.0/8"]
+    assert stored["tags"] == ["team-a", "beta"] and stored["metadata"] == {"owner": "ana"}
+    assert (stored["rpm"], stored["tpm"], stored["max_concurrent"]) == (120, 50000, 4)
+    assert stored["monthly_cap_micros"] == 5_000_000
+    assert stored["expires_at"] == dt.datetime(2099, 1, 2, 3, 4, tzinfo=dt.UTC).timestamp()
+    assert stored["limit_rules"][0]["max"] == 1000
+    assert secret.startswith("ipx-") and stored["prefix"] in secret
+    answer = _client(server, secret).chat.completions.create(model="echo-model", messages=HI)  # type: ignore[arg-type]
+    assert answer.choices[0].message.content
+    # the secret was shown once: neither the key's page nor the list shows it again
+    for path in (f"/ui/keys/{key_id}", "/ui/keys", f"/ui/accounts/{account['id']}"):
+        assert secret not in browser.get(path).text
+    listed = browser.get("/ui/keys").text
+    assert f'data-testid="key-row" data-key-id="{key_id}"' in listed
+
+
+def test_a_refused_key_form_names_the_field_and_creates_nothing(server: GatewayServer, browser: Browser) -> None:
+    before = len(_admin(server, "GET", "/admin/keys").json()["data"])
+    for field, value, said in (
+        ("allowed_ips", "not-an-ip", "allowed_ips"),
+        ("rpm", "many", "rpm"),
+        ("rpm", "0", "rpm"),
+        ("metadata", "[1]", "metadata"),
+        ("enforced_processors", "no-such-processor", "enforced_processors"),
+        ("account_id", "acct_missing", "account"),
+        ("name", "", "name"),
+    ):
+        refused = browser.post("/ui/keys", {"name": "bad", "scopes": "chat", field: value})
+        assert refused.status_code == 400, (field, refused.text)
+        assert said in _testid(refused.text, "form-error"), field
+        assert 'data-testid="key-create-form"' in refused.text  # the form comes back, filled in
+    assert len(_admin(server, "GET", "/admin/keys").json()["data"]) == before
+
+
+def test_editing_a_key_in_the_page_changes_what_the_api_allows(server: GatewayServer, browser: Browser) -> None:
+    key_id, secret = _new_key(browser, name="edit-me", scopes=["chat"], credits_micros="100000000", rpm="10")
+    client = _client(server, secret)
+    client.chat.completions.create(model="echo-model", messages=HI)  # type: ignore[arg-type]
+    page = browser.get(f"/ui/keys/{key_id}").text
+    assert 'value="10"' in page and _testid(page, "key-status") == "active"
+    edit = {
+        "name": "edited",
+        "scopes_shown": "1",
+        "scopes": ["embeddings"],
+        "rpm": "",
+        "tpm": "777",
+        "max_concurrent": "",
+        "monthly_cap_micros": "",
+        "allowed_models": "embed-*",
+        "allowed_ips": "",
+        "tags": "x",
+        "expires_at": "",
+        "metadata": "",
+        "default_processors": "",
+        "enforced_processors": "",
+        "limit_rules": "",
+        "user_limit_rules": "",
+    }
+    saved = browser.post(f"/ui/keys/{key_id}", edit)
+    assert (saved.status_code, saved.headers["location"]) == (303, f"/ui/keys/{key_id}")
+    stored = _admin(server, "GET", f"/admin/keys/{key_id}").json()
+    assert stored["name"] == "edited" and stored["scopes"] == ["embeddings"]
+    assert stored["rpm"] is None and stored["tpm"] == 777 and stored["allowed_models"] == ["embed-*"]
+    with pytest.raises(openai.PermissionDeniedError):  # no longer has the chat scope
+        client.chat.completions.create(model="echo-model", messages=HI)  # type: ignore[arg-type]
+    assert client.embeddings.create(model="embed-model", input="hi").data
+    # a refused edit changes nothing and says why
+    refused = browser.post(f"/ui/keys/{key_id}", {**edit, "tpm": "-5"})
+    assert refused.status_code == 400 and "tpm" in _testid(refused.text, "form-error")
+    assert _admin(server, "GET", f"/admin/keys/{key_id}").json()["tpm"] == 777
+
+
+def test_rotating_and_revoking_a_key_in_the_page(server: GatewayServer, browser: Browser) -> None:
+    key_id, old = _new_key(browser, name="rot", scopes=["chat"], credits_micros="100000000")
+    rotated = browser.post(f"/ui/keys/{key_id}/rotate", page=f"/ui/keys/{key_id}")
+    assert rotated.status_code == 200
+    new = _testid(rotated.text, "new-secret")
+    assert new != old and old not in rotated.text
+    with pytest.raises(openai.AuthenticationError):
+        _client(server, old).chat.completions.create(model="echo-model", messages=HI)  # type: ignore[arg-type]
+    _client(server, new).chat.completions.create(model="echo-model", messages=HI)  # type: ignore[arg-type]
+    revoked = browser.post(f"/ui/keys/{key_id}/revoke", page=f"/ui/keys/{key_id}")
+    assert (revoked.status_code, revoked.headers["location"]) == (303, f"/ui/keys/{key_id}")
+    page = browser.get(f"/ui/keys/{key_id}").text
+    assert _testid(page, "key-status") == "revoked" and 'data-testid="key-revoke"' not in page
+    with pytest.raises(openai.AuthenticationError):
+        _client(server, new).chat.completions.create(model="echo-model", messages=HI)  # type: ignore[arg-type]
+    assert _admin(server, "GET", f"/admin/keys/{key_id}").json()["revoked_at"] is not None
+
+
+def test_unknown_ids_and_bad_parameters_are_pages_with_their_status(browser: Browser) -> None:
+    assert browser.get("/ui/keys/key_nope").status_code == 404
+    assert browser.get("/ui/accounts/acct_nope").status_code == 404
+    assert browser.get("/ui/keys/a%00b").status_code == 400
+    assert browser.get("/ui/accounts", params={"x": "\x00"}).status_code == 400
+    missing = browser.get("/ui/static/nope.js")
+    assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+    assert browser.get("/ui/static/htmx.min.js").headers["content-type"].startswith("text/javascript")
+
+
+# ---- accounts and credits ----------------------------------------------------------------------------------
+
+
+def test_accounts_top_up_adjust_and_the_ledger(server: GatewayServer, browser: Browser) -> None:
+    made = browser.post("/ui/accounts", {"name": "shop", "credits_micros": "1000000", "rpm": "60"})
+    assert made.status_code == 303
+    account_id = made.headers["location"].rsplit("/", 1)[1]
+    listed = browser.get("/ui/accounts").text
+    assert f'data-testid="account-row" data-account-id="{account_id}"' in listed
+    page = f"/ui/accounts/{account_id}"
+    topped = browser.post(page + "/credits", {"amount": "12.50", "kind": "topup", "note": "invoice 7"}, page=page)
+    assert (topped.status_code, topped.headers["location"]) == (303, page)
+    adjusted = browser.post(page + "/credits", {"amount": "-0.25", "kind": "adjust"}, page=page)
+    assert adjusted.status_code == 303
+    account = _admin(server, "GET", f"/admin/accounts/{account_id}").json()
+    assert account["balance_micros"] == 1_000_000 + 12_500_000 - 250_000 and account["rpm"] == 60
+    shown = browser.get(page).text
+    assert _testid(shown, "account-balance") == "$13.25"
+    rows = re.findall(r'data-testid="ledger-row"', shown)
+    assert len(rows) == 3 and "invoice 7" in shown
+    for bad in ("abc", "1.0000001", "", "NaN", "1e30"):
+        refused = browser.post(page + "/credits", {"amount": bad, "kind": "topup"}, page=page)
+        assert refused.status_code == 400, bad
+        assert _testid(refused.text, "credit-error")
+    assert _admin(server, "GET", f"/admin/accounts/{account_id}").json()["balance_micros"] == 13_250_000
+    edited = browser.post(page, {"name": "shop2", "rpm": "", "tpm": "9", "max_concurrent": "", "monthly_cap_micros": "",
+                                 "limit_rules": ""})  # fmt: skip
+    assert edited.status_code == 303
+    account = _admin(server, "GET", f"/admin/accounts/{account_id}").json()
+    assert (account["name"], account["rpm"], account["tpm"]) == ("shop2", None, 9)
+
+
+def test_the_ledger_pages_by_cursor(server: GatewayServer, browser: Browser) -> None:
+    account_id = _admin(server, "POST", "/admin/accounts", json={"name": "many"}).json()["id"]
+    for n in range(1, 56):
+        credit = {"amount_micros": n, "note": f"n{n}"}
+        assert _admin(server, "POST", f"/admin/accounts/{account_id}/credits", json=credit).status_code == 200
+    first = browser.get(f"/ui/accounts/{account_id}").text
+    ids = [int(i) for i in re.findall(r'data-testid="ledger-row" data-entry-id="(\d+)"', first)]
+    assert len(ids) == 50 and ids == sorted(ids, reverse=True)
+    older = re.search(r'href="([^"]+)" data-testid="ledger-older"', first)
+    assert older
+    second = browser.get(older.group(1).replace("&amp;", "&")).text
+    rest = [int(i) for i in re.findall(r'data-testid="ledger-row" data-entry-id="(\d+)"', second)]
+    assert len(rest) == 5 and max(rest) < min(ids) and 'data-testid="ledger-older"' not in second
+    assert browser.get(f"/ui/accounts/{account_id}", params={"before": "x"}).status_code == 400
