@@ -127,6 +127,8 @@ class Observed(Response):
         status = self.status_code
         try:
             await self.inner(scope, receive, send)
+            if getattr(self.inner, "left", False):  # a stream whose caller hung up (streaming.SSEResponse)
+                status = 499
         except BaseException:
             status = 499 if status < 400 else status
             raise
