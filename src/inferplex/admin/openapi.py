@@ -15,6 +15,8 @@ from inferplex.admin import responses as r
 from inferplex.admin.models import AccountCreate, AccountUpdate, CreditChange, KeyCreate, KeyUpdate, TokenRequest
 from inferplex.openapi.operations import GATEWAY, OPERATIONS
 from inferplex.openapi.spec import Dialect, Operation, Param, build_document
+from inferplex.store.request_log import MAX_LIMIT, STATUS_CLASSES
+from inferplex.store.rollups import GROUPS as SERIES_GROUPS
 from inferplex.store.usage import GROUPS
 
 ADMIN = Dialect("Admin", GATEWAY.error)
@@ -29,6 +31,31 @@ _FILTER = (
     Param("until", _NUMBER, description="UNIX seconds"),
 )
 _LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 10_000})
+_MICROS = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
+_SERIES = (
+    Param("grain", {"type": "string", "enum": ["hour", "day"]}, description="bucket width (default hour)"),
+    Param("group_by", {"type": "string", "enum": list(SERIES_GROUPS)}, description="one series per group"),
+    Param("since", _NUMBER, description="UNIX seconds (default: a day, or 30 days, before `until`)"),
+    Param("until", _NUMBER, description="UNIX seconds (default: now)"),
+    Param("model"),
+    Param("key_id"),
+    Param("account_id"),
+    Param("provider"),
+)
+_REQUEST_FILTER = (
+    *_FILTER,
+    Param("provider"),
+    Param("deployment"),
+    Param("status", {"type": "string"}, description=f"{', '.join(STATUS_CLASSES)}, or a status code"),
+    Param("error_type", description="a closed error type (caller.*, policy.*, provider.*, gateway.*) or its prefix"),
+    Param("min_cost_micros", _MICROS),
+    Param("max_cost_micros", _MICROS),
+    Param("min_latency_ms", _NUMBER, description="total latency, milliseconds"),
+    Param("max_latency_ms", _NUMBER),
+    Param("tag"),
+    Param("before", description="the `before` cursor of the previous page"),
+    Param("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}),
+)
 
 
 def _admin(method: str, path: str, summary: str, ok: Any, errors: tuple[int, ...], **kw: Any) -> Operation:
@@ -94,6 +121,38 @@ ADMIN_OPERATIONS: list[Operation] = [
         r.UsageTotals,
         _READ,
         params=(Param("by", {"type": "string", "enum": list(GROUPS)}), *_FILTER),
+    ),
+    _admin(
+        "get",
+        "/admin/usage/series",
+        "Usage over time from the hourly or daily rollups, and totals over the range",
+        r.UsageSeries,
+        _READ,
+        params=_SERIES,
+    ),
+    _admin(
+        "get",
+        "/admin/usage/export",
+        "The same series as CSV",
+        None,
+        _READ,
+        params=_SERIES,
+        ok_media="text/csv",
+    ),
+    _admin(
+        "get",
+        "/admin/requests",
+        "The request log, newest first (cursor pages)",
+        r.RequestList,
+        _READ,
+        params=_REQUEST_FILTER,
+    ),
+    _admin(
+        "get",
+        "/admin/requests/{request_id}",
+        "One request: attempts, timings, tokens, cost, error, bodies where logged, credit moves",
+        r.RequestDetail,
+        (*_READ, 404),
     ),
     Operation(
         "post",

@@ -114,6 +114,11 @@ class UsageRow(TypedDict):
     end_user: str | None
     request_body: Any
     response_body: Any
+    route: str | None
+    operation: str | None
+    error_type: str | None
+    attempts: list[AttemptView] | None
+    attempt_errors: int
 
 
 class UsageList(TypedDict):
@@ -134,6 +139,87 @@ class UsageTotals(TypedDict):
     object: Literal["list"]
     by: Literal["day", "model", "key", "account", "tag"]
     data: list[UsageTotal]
+
+
+class UsagePoint(TypedDict):
+    """One bucket of a usage series, or (without `bucket`) a total over the range (store/rollups.py)."""
+
+    bucket: NotRequired[int]  # the bucket's start, UNIX seconds (UTC)
+    group: str | None  # the model, key id, account id or provider (`group_by`); None without one
+    requests: int
+    errors: int  # answered with a status of 400 or more
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost_micros: int
+    avg_ms: float | None  # mean total latency
+    p50_ms: float | None  # percentiles of the total latency, from the rollups' histogram
+    p95_ms: float | None
+    p99_ms: float | None
+
+
+class UsageSeries(TypedDict):
+    object: Literal["list"]
+    grain: Literal["hour", "day"]
+    group_by: Literal["model", "key", "account", "provider"] | None
+    since: int  # the range, rounded out to the grain
+    until: int
+    data: list[UsagePoint]
+    totals: list[UsagePoint]
+
+
+class AttemptView(TypedDict):
+    """One try at one deployment (context.Attempt)."""
+
+    deployment: str
+    model: str
+    outcome: Literal["ok", "error", "failed_midstream", "cancelled"]
+    status: int | None
+    error: str | None
+    latency_ms: float
+
+
+class RequestSummary(TypedDict):
+    id: int
+    request_id: str
+    created_at: float
+    key_id: str | None
+    account_id: str | None
+    model: str | None
+    provider: str | None
+    deployment: str | None
+    route: str | None  # the route template it came in on
+    operation: str | None  # the endpoint family: chat, embedding, image...
+    status: int
+    error_type: str | None  # closed and fault-prefixed: caller.*, policy.*, provider.*, gateway.*
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    estimated: int
+    cost_micros: int
+    total_ms: float | None
+    upstream_ms: float | None
+    ttft_ms: float | None
+    queued_ms: float | None
+    tags: list[str]
+    end_user: str | None
+    attempt_errors: int  # attempts that failed (a request that failed over succeeded with 1 or more)
+    cursor: str  # pass as `before` to list the requests after this one
+
+
+class RequestList(TypedDict):
+    object: Literal["list"]
+    data: list[RequestSummary]
+    has_more: bool
+    before: str | None  # the cursor of the next page
+
+
+class RequestDetail(RequestSummary):
+    object: Literal["request"]
+    attempts: list[AttemptView]
+    request_body: Any  # only when logging bodies was on for the request
+    response_body: Any
+    ledger: list[LedgerEntry]  # the credit moves the request made
 
 
 class AccessToken(TypedDict):

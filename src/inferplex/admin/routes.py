@@ -34,6 +34,8 @@ from inferplex.context import Context
 from inferplex.dialects.openai import render_error
 from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest, NotFound, PermissionDenied
+from inferplex.store.request_log import MAX_LIMIT, RequestFilter, RequestLog
+from inferplex.store.rollups import SECONDS, RollupFilter, Rollups, ceil_to, floor_to, series_csv
 from inferplex.store.usage import GROUPS, UsageFilter
 
 B = TypeVar("B", bound=BaseModel)
@@ -54,7 +56,7 @@ async def _body(request: Request, model: type[B]) -> B:
         raise invalid(exc) from None
 
 
-def _float(request: Request, name: str) -> float | None:
+def _float(request: Request, name: str, unit: str = "UNIX seconds") -> float | None:
     value = request.query_params.get(name)
     if value is None:
         return None
@@ -63,7 +65,7 @@ def _float(request: Request, name: str) -> float | None:
     except ValueError:
         number = math.nan
     if not math.isfinite(number):
-        raise InvalidRequest(f"`{name}` must be a number (UNIX seconds).", param=name)
+        raise InvalidRequest(f"`{name}` must be a number ({unit}).", param=name)
     return number
 
 
@@ -205,6 +207,109 @@ async def usage_totals(request: Request, ctx: Context) -> Response:
     return json_response({"object": "list", "by": by, "data": await s.usage.totals(by, _filter(request))})
 
 
+# ---- usage over time (the rollups) and the request log ---------------------------------------------------
+
+DEFAULT_RANGE_S = {"hour": 86400.0, "day": 30 * 86400.0}  # a series' range when `since` is not given
+
+
+def _refused(exc: ValueError, default: str) -> InvalidRequest:
+    """A store's refusal of an argument as a 400 naming it (its message names it in backticks)."""
+    message = str(exc)
+    return InvalidRequest(message, param=message.split("`")[1] if message.count("`") >= 2 else default)
+
+
+async def _series(request: Request) -> dict[str, Any]:
+    q = request.query_params
+    grain, group_by = q.get("grain", "hour"), q.get("group_by") or None
+    if grain not in SECONDS:
+        raise InvalidRequest("`grain` must be hour or day.", param="grain")
+    until = _float(request, "until")
+    until = time.time() if until is None else until
+    since = _float(request, "since")
+    since = until - DEFAULT_RANGE_S[grain] if since is None else since
+    where = RollupFilter(q.get("model"), q.get("key_id"), q.get("account_id"), q.get("provider"))
+    s = _services(request)
+    await s.usage_log.flush()
+    rollups = Rollups(s.usage.db)
+    try:
+        data = await rollups.series(grain, since, until, group_by, where)
+        totals = await rollups.totals(since, until, group_by, where)
+    except ValueError as exc:
+        raise _refused(exc, "since") from None
+    step = SECONDS[grain]
+    return {
+        "object": "list",
+        "grain": grain,
+        "group_by": group_by,
+        "since": floor_to(step, since),
+        "until": ceil_to(step, until),
+        "data": data,
+        "totals": totals,
+    }
+
+
+async def usage_series(request: Request, ctx: Context) -> Response:
+    return json_response(await _series(request))
+
+
+async def usage_export(request: Request, ctx: Context) -> Response:
+    series = await _series(request)
+    name = f"usage-{series['grain']}-{series['since']}-{series['until']}.csv"
+    return Response(
+        series_csv(series["data"]),
+        media_type="text/csv; charset=utf-8",
+        headers={"content-disposition": f'attachment; filename="{name}"'},
+    )
+
+
+def _whole(request: Request, name: str) -> int | None:
+    """A non-negative integer query parameter (micro-USD), or None."""
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    if not value.isdigit() or len(value) > 18:
+        raise InvalidRequest(f"`{name}` must be a whole number of micro-USD.", param=name)
+    return int(value)
+
+
+async def list_requests(request: Request, ctx: Context) -> Response:
+    q = request.query_params
+    where = RequestFilter(
+        since=_float(request, "since"),
+        until=_float(request, "until"),
+        model=q.get("model"),
+        key_id=q.get("key_id"),
+        account_id=q.get("account_id"),
+        provider=q.get("provider"),
+        deployment=q.get("deployment"),
+        status=q.get("status"),
+        error_type=q.get("error_type"),
+        min_cost_micros=_whole(request, "min_cost_micros"),
+        max_cost_micros=_whole(request, "max_cost_micros"),
+        min_latency_ms=_float(request, "min_latency_ms", "milliseconds"),
+        max_latency_ms=_float(request, "max_latency_ms", "milliseconds"),
+        tag=q.get("tag"),
+    )
+    limit = _int(request, "limit", 50, MAX_LIMIT)
+    s = _services(request)
+    await s.usage_log.flush()
+    try:
+        page = await RequestLog(s.usage.db).page(where, q.get("before"), limit)
+    except ValueError as exc:
+        raise _refused(exc, "before") from None
+    return json_response({"object": "list", "data": page.rows, "has_more": page.before is not None,
+                          "before": page.before})  # fmt: skip
+
+
+async def get_request(request: Request, ctx: Context) -> Response:
+    s, request_id = _services(request), request.path_params["request_id"]
+    await s.usage_log.flush()
+    found = await RequestLog(s.usage.db).detail(request_id)
+    if found is None:
+        raise NotFound(f"No logged request {request_id!r}.", param="request_id", code="request_not_found")
+    return json_response({"object": "request", **found})
+
+
 # ---- token exchange and the OpenAPI document -------------------------------------------------------------
 
 
@@ -278,6 +383,11 @@ def _admin(handler: Handler, query: tuple[str, ...] = ()) -> Any:
 
 
 _FILTERS = ("key_id", "account_id", "model", "since", "until")
+_SERIES = ("grain", "group_by", "since", "until", "model", "key_id", "account_id", "provider")
+_REQUESTS = (
+    *_FILTERS, "provider", "deployment", "status", "error_type", "min_cost_micros", "max_cost_micros",
+    "min_latency_ms", "max_latency_ms", "tag", "before", "limit",
+)  # fmt: skip
 
 routes = [
     Route("/admin/keys", _admin(create_key), methods=["POST"]),
@@ -294,6 +404,10 @@ routes = [
     Route("/admin/accounts/{account_id}/ledger", _admin(ledger, ("limit", "before")), methods=["GET"]),
     Route("/admin/usage", _admin(usage, (*_FILTERS, "limit")), methods=["GET"]),
     Route("/admin/usage/totals", _admin(usage_totals, ("by", *_FILTERS)), methods=["GET"]),
+    Route("/admin/usage/series", _admin(usage_series, _SERIES), methods=["GET"]),
+    Route("/admin/usage/export", _admin(usage_export, _SERIES), methods=["GET"]),
+    Route("/admin/requests", _admin(list_requests, _REQUESTS), methods=["GET"]),
+    Route("/admin/requests/{request_id}", _admin(get_request), methods=["GET"]),
     Route("/v1/auth/token", endpoint(render_error, issue_token, None), methods=["POST"]),
     Route("/openapi.json", openapi, methods=["GET"]),
 ]

@@ -133,7 +133,7 @@ def _after(cursor: str) -> ColumnElement[bool]:
         when, ident = float(at), int(row_id)
     except ValueError:
         raise ValueError("`before` is not a cursor this log gave out.") from None
-    if not math.isfinite(when):
+    if not math.isfinite(when) or not 0 <= ident < 2**63:
         raise ValueError("`before` is not a cursor this log gave out.")
     return or_(_u.created_at < when, and_(_u.created_at == when, _u.id < ident))
 

@@ -28,6 +28,7 @@ from inferplex.store.backend import Database
 GRAINS = ("hour", "day")
 GROUPS = ("model", "key", "account", "provider")
 SECONDS = {"hour": 3600, "day": 86400}
+LATEST = 1e11  # the latest time a range may name (year 5138): bucket starts stay well within BIGINT
 MAX_BUCKETS = 2300  # in one series: three months of hours, six years of days
 _COLUMN = {"model": "model", "key": "key_id", "account": "account_id", "provider": "provider"}
 _SUMS = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros")
@@ -56,8 +57,8 @@ def _check(grain: str | None, group_by: str | None, since: float, until: float) 
         raise ValueError(f"`grain` must be one of {', '.join(GRAINS)}, not {grain!r}.")
     if group_by is not None and group_by not in GROUPS:
         raise ValueError(f"`group_by` must be one of {', '.join(GROUPS)}, not {group_by!r}.")
-    if not (math.isfinite(since) and math.isfinite(until)) or since >= until:
-        raise ValueError("`since` must be before `until` (UNIX seconds).")
+    if not (0 <= since < until <= LATEST):
+        raise ValueError(f"`since` must be before `until`, both UNIX seconds from 0 to {LATEST:.0f}.")
 
 
 def floor_to(seconds: int, at: float) -> int:
@@ -158,7 +159,8 @@ class Rollups:
         filters: RollupFilter = RollupFilter(),
     ) -> list[dict[str, Any]]:
         """One row per bucket (and group) that has usage in [since, until), `since` rounded down and `until`
-        up to the grain; sorted by bucket, then group (None first). Raises ValueError on a bad argument."""
+        up to the grain; sorted by bucket, then group (None first, then by code point). Raises ValueError on
+        a bad argument."""
         _check(grain, group_by, since, until)
         step = SECONDS[grain]
         start, end = floor_to(step, since), ceil_to(step, until)
@@ -169,6 +171,7 @@ class Rollups:
         out = [_finish(r._mapping, bucket=True) for r in rows]
         for row in out:
             del row["histogram"]
+        out.sort(key=lambda r: (r["bucket"], r["group"] or ""))  # in Python: one order whatever the collation
         return out
 
     async def totals(
@@ -215,11 +218,12 @@ class Rollups:
         c = table.c
         group: ColumnElement[Any] = c[_COLUMN[group_by]] if group_by else literal_column("''")
         keys: list[ColumnElement[Any]] = [c.bucket] if bucketed else []
-        query = select(*keys, group.label("group"), *_measures(table)).where(c.bucket >= start, c.bucket < end)
+        query: Select[Any] = select(*keys, group.label("group"), *_measures(table))
+        query = query.where(c.bucket >= start, c.bucket < end)
         query = filters.apply(query, table)
         grouping = [*keys, *([group] if group_by else [])]
         if grouping:
-            query = query.group_by(*grouping).order_by(*grouping)
+            query = query.group_by(*grouping)
         else:  # an aggregate over no rows is still one row (of NULLs): none, as with a group
             query = query.having(func.count() > 0)
         return list(await self.db.read(lambda conn: conn.execute(query).all()))

@@ -115,7 +115,7 @@ usage = Table(
     Column("response_body", JSON),
     # migration 0016: what the console's request log shows (observe/faults.py for `error_type`)
     Column("route", String(200)),  # the declared route template, e.g. /v1/chat/completions
-    Column("operation", String(40)),  # the endpoint family: chat, embeddings, image...
+    Column("operation", String(40)),  # the endpoint family: chat, embedding, image...
     Column("error_type", String(40)),
     Column("attempts", JSON),  # [{deployment, model, outcome, status, error, latency_ms}, ...]
     Column("attempt_errors", Integer, nullable=False, server_default="0"),  # attempts that did not succeed
