@@ -66,9 +66,8 @@ def create_key(console: Console, name: str, scopes: tuple[str, ...] = ("chat",))
 
 
 def key_row(console: Console, name: str) -> Locator:
-    """The keys page's row of the key named `name` (going to the keys page when elsewhere)."""
-    if not console.path().startswith("/ui/keys"):
-        console.goto("/ui/keys")
+    """The keys page's row of the key named `name`."""
+    console.goto("/ui/keys")
     row = console.page.locator(tid("key-row"), has_text=name)
     assert row.count() == 1, f"{row.count()} rows for key {name!r}"
     return row
@@ -116,10 +115,13 @@ def test_a_key_made_in_the_console_works_until_revoked(signed_in: Console, conso
     account_id = account_of(console_gateway, key_id)
     page.click(tid("nav-accounts"))
     page.wait_for_url("**/ui/accounts*")
-    page.locator(tid("account-row"), has_text=account_id).locator("a").first.click()
+    page.locator(f'{tid("account-row")}[data-account-id="{account_id}"] {tid("account-link")}').click()
+    page.wait_for_url(f"**/ui/accounts/{account_id}*")
+    entries = page.locator(tid("ledger-row")).count()
     page.fill(tid("credit-amount"), "5")
     page.click(tid("credit-submit"))
-    until_present(console, tid("ledger-row"))
+    page.locator(tid("account-balance"), has_text="$5.00").wait_for()
+    assert page.locator(tid("ledger-row")).count() == entries + 1
     console.shoot("account-ledger")
 
     request_id = chat(console_gateway, secret)
@@ -128,10 +130,12 @@ def test_a_key_made_in_the_console_works_until_revoked(signed_in: Console, conso
     page.wait_for_url("**/ui/requests*")
     row = until_present(console, f'{tid("request-row")}[data-request-id="{request_id}"]')
     console.shoot("requests")
-    row.locator("a").first.click()
+    row.locator(tid("request-link")).click()
     page.wait_for_url(f"**/ui/requests/{request_id}*")
-    detail = page.locator(tid("request-detail"))
-    assert "echo-model" in detail.inner_text()
+    assert page.locator(tid("request-detail")).get_attribute("data-request-id") == request_id
+    assert page.locator(tid("detail-model")).inner_text().strip() == "echo-model"
+    assert page.locator(tid("detail-key")).inner_text().strip() == key_id
+    assert page.locator(tid("detail-status")).inner_text().strip() == "200"
     assert page.locator(tid("attempt-row")).count() == 1
     console.shoot("request-detail")
 
@@ -139,8 +143,10 @@ def test_a_key_made_in_the_console_works_until_revoked(signed_in: Console, conso
     page.wait_for_url("**/ui/usage*")
     page.select_option(tid("usage-group"), "key")
     page.click(tid("usage-apply"))
-    usage = until_present(console, tid("usage-row"), has_text=key_id)
-    assert usage.count() == 1
+    usage = until_present(console, f'{tid("usage-row")}[data-group="{key_id}"]')
+    # two requests: the one refused before the account was funded (an error) and the one answered
+    assert usage.locator(tid("usage-requests")).inner_text().strip() == "2"
+    assert usage.locator(tid("usage-errors")).inner_text().strip() == "1"
     assert page.locator(f"{tid('usage-chart')} canvas").count() >= 1
     console.shoot("usage-by-key")
 
