@@ -4,6 +4,10 @@ aiohttp's client was chosen by measurement (docs/benchmarks.md): it sustains sev
 rate on this hardware. Adapters call `post_json` for buffered calls and `open_stream` + `sse_events` for
 streams, handing each the adapter's own `ErrorMap` (`failures.py`), which these apply to every connection
 failure, timeout and non-2xx answer, keeping the provider's own message and chaining the cause.
+
+Traced attempts (observe/tracing.py) put their W3C trace context on every upstream call here: `post_json` and
+`open_stream` add it (and show a capturing sink what went and came back), and the session's middleware adds
+it to the calls adapters make on the session directly (multipart uploads, media downloads, video jobs).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import asyncio
 import functools
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
@@ -29,9 +35,53 @@ from inferplex.targets import Target
 T = TypeVar("T")
 
 
+@dataclass(slots=True)
+class Outbound:
+    """What a traced attempt adds to its upstream calls: its span's W3C trace context (`traceparent`, and
+    `tracestate` when the trace carries one), and with content capture two callbacks that see the JSON body
+    sent and each JSON answer or stream event received. The tracing sink sets one in `OUTBOUND` when the
+    router starts an attempt; the attempt's calls run in that task, so they read it there."""
+
+    headers: dict[str, str]
+    sent: Callable[[Any], None] | None = None
+    received: Callable[[Any], None] | None = None
+
+
+OUTBOUND: ContextVar[Outbound | None] = ContextVar("inferplex_outbound", default=None)
+
+# Whether any app in this process traces: until one does (`trace_calls`), no upstream call reads `OUTBOUND`,
+# so with tracing off a call pays one test of this flag. An app that does not trace never sets `OUTBOUND`.
+_traced = False
+
+
+def trace_calls() -> None:
+    """Make upstream calls carry the trace context a traced attempt sets (called when a tracing sink is made,
+    before the app opens its session)."""
+    global _traced
+    _traced = True
+
+
+def _outbound() -> Outbound | None:
+    return OUTBOUND.get() if _traced else None
+
+
+async def _traced_middleware(
+    req: aiohttp.ClientRequest, handler: Callable[[aiohttp.ClientRequest], Awaitable[aiohttp.ClientResponse]]
+) -> aiohttp.ClientResponse:
+    """The trace context on a call made with the session's own methods (`session.post`, `.get`, `.request`)."""
+    out = OUTBOUND.get()
+    if out is not None:
+        for name, value in out.headers.items():
+            if name not in req.headers:
+                req.headers[name] = value
+    return await handler(req)
+
+
 def new_session() -> aiohttp.ClientSession:
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=1024, ttl_dns_cache=300, keepalive_timeout=30)
     return aiohttp.ClientSession(
+        # Only once a tracing sink exists: a middleware costs every session call a few steps.
+        middlewares=(_traced_middleware,) if _traced else (),
         connector=connector,
         json_serialize=lambda o: orjson.dumps(o).decode(),
         auto_decompress=True,
@@ -122,17 +172,30 @@ async def post_json(
     timeouts: Timeouts,
     errors: ErrorMap,
 ) -> tuple[Any, Mapping[str, str]]:
+    out = _outbound()
+    if out is not None:
+        headers = _sending(out, body, headers)
     try:
         async with await _post(session, url, orjson.dumps(body), headers, timeouts) as resp:
             raw = await resp.read()
         if resp.status >= 400:
             raise errors.status(resp.status, raw, resp.headers)
         try:
-            return orjson.loads(raw), resp.headers
+            data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise errors.malformed("sent a body that is not JSON") from exc
     except _TRANSPORT_ERRORS as exc:
         raise errors.transport(exc) from exc
+    if out is not None and out.received is not None:
+        out.received(data)
+    return data, resp.headers
+
+
+def _sending(out: Outbound, body: Any, headers: Mapping[str, str]) -> dict[str, str]:
+    """The call's headers with the attempt's trace context (a copy: adapters share theirs between calls)."""
+    if out.sent is not None:
+        out.sent(body)
+    return {**headers, **out.headers}
 
 
 async def open_stream(
@@ -144,6 +207,9 @@ async def open_stream(
     errors: ErrorMap,
 ) -> aiohttp.ClientResponse:
     """Send the request and wait for the response head; the caller owns (and must close) the response."""
+    out = _outbound()
+    if out is not None:
+        headers = _sending(out, body, headers)
     try:
         resp = await _post(session, url, orjson.dumps(body), headers, timeouts)
     except _TRANSPORT_ERRORS as exc:
@@ -208,14 +274,19 @@ DONE = object()  # what `json_events` yields for OpenAI's `data: [DONE]`
 async def json_events(resp: aiohttp.ClientResponse, errors: ErrorMap) -> AsyncIterator[tuple[str, Any]]:
     """SSE events as (event name, decoded JSON data); `[DONE]` comes as `DONE`. A stream that ends without
     its provider's own end marker is for the caller to judge; data that is not JSON is the provider's failure."""
+    out = _outbound()  # read at the first event, still in the attempt's task
+    received = out.received if out is not None else None
     async for event in sse_events(resp, errors):
         if event.data == "[DONE]":
             yield event.event, DONE
             continue
         try:
-            yield event.event, orjson.loads(event.data)
+            data = orjson.loads(event.data)
         except orjson.JSONDecodeError as exc:
             raise errors.malformed("sent a stream event that is not JSON") from exc
+        if received is not None:
+            received(data)
+        yield event.event, data
 
 
 def deployment_timeouts(target: Target) -> Timeouts:
