@@ -1,7 +1,239 @@
-"""Placeholder (issue 24, helper E2: usage charts and CSV). Replaced by its owner."""
+"""The usage page (`/ui/usage`) and its CSV (`/ui/usage.csv`): requests, tokens, cost, errors and latency
+over time, grouped by model, key, account or provider.
+
+Both read the hourly and daily rollups (store/rollups.py), never the usage table, so a month at a million
+requests is a few thousand rollup rows: the page stays fast whatever the traffic. The selection (range,
+grain, grouping, filters) is the URL's query string, so a view can be bookmarked, and the CSV link is the
+same query: the export is exactly what the page shows, bucket by bucket and group by group.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 
-ROUTES: list[Route] = []
+from inferplex.accounts.wiring import AccountServices
+from inferplex.console import query, render, session
+from inferplex.console.query import BadQuery, TimeRange
+from inferplex.console.reading import reading
+from inferplex.store.rollups import MAX_BUCKETS, SECONDS, RollupFilter, Rollups, bucket_starts, series_csv
+
+GRAINS = ("auto", "hour", "day")
+GROUPS = ("model", "key", "account", "provider", "none")
+AUTO_HOURLY_S = 3 * 86_400  # a range up to three days is drawn by the hour, a longer one by the day
+MAX_LINES = 8  # groups drawn as lines of their own; the rest are summed into one "other" line
+MAX_TABLE = 500  # groups listed in the totals table (the CSV has every one)
+FILTERS = (("model", "model"), ("key_id", "key"), ("account_id", "account"), ("provider", "provider"))
+NO_GROUP = {"model": "(no model)", "key": "(master key)", "account": "(no account)", "provider": "(none)"}
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """What the page shows: a time range, the bucket width, a grouping and filters."""
+
+    range: TimeRange
+    grain: str  # "hour" or "day": what is read
+    grain_asked: str  # as the form chose it ("auto" too)
+    group: str  # one of GROUPS ("none": one line)
+    filters: RollupFilter
+
+    @property
+    def group_by(self) -> str | None:
+        return None if self.group == "none" else self.group
+
+    def params(self, **changed: str) -> dict[str, str]:
+        """The query string that asks for this selection again (with `changed` values replaced)."""
+        out = {**self.range.params(), "group": self.group, "grain": self.grain_asked}
+        for field, name in FILTERS:
+            value = getattr(self.filters, field)
+            if value is not None:
+                out[name] = value
+        return {**out, **changed}
+
+    def query(self, **changed: str) -> str:
+        return urlencode(self.params(**changed))
+
+
+def selection(params: Mapping[str, str], now: float) -> Selection:
+    """The selection a query string asks for; `BadQuery` naming the first bad parameter."""
+    time_range = query.time_range(params, now, "24h")
+    grain_asked = query.choice(params, "grain", GRAINS, "auto")
+    grain = grain_asked if grain_asked != "auto" else ("hour" if time_range.span <= AUTO_HOURLY_S else "day")
+    if time_range.span / SECONDS[grain] > MAX_BUCKETS:
+        raise BadQuery("grain", f"That range holds more than {MAX_BUCKETS} {grain}s: choose days or a shorter range.")
+    group = query.choice(params, "group", GROUPS, "model")
+    filters = RollupFilter(**{field: query.text(params, name) for field, name in FILTERS})
+    return Selection(time_range, grain, grain_asked, group, filters)
+
+
+@dataclass(slots=True)
+class Usage:
+    """What the rollups say about a selection."""
+
+    series: list[dict[str, Any]]  # by bucket and group (every group: the CSV's rows)
+    overall: list[dict[str, Any]]  # by bucket, all groups together (latency percentiles do not add up)
+    totals: list[dict[str, Any]]  # by group over the whole range
+    total: dict[str, Any]  # everything in the range
+
+
+async def read_usage(accounts: AccountServices, sel: Selection) -> Usage:
+    await accounts.usage_log.flush()  # rows still queued in memory: the page shows the request just made
+    rollups = Rollups(accounts.usage.db)
+    since, until = sel.range.since, sel.range.until
+    try:
+        series = await rollups.series(sel.grain, since, until, sel.group_by, sel.filters)
+        if sel.group_by is None:
+            overall = series
+            totals = await rollups.totals(since, until, None, sel.filters)
+            total = totals[0]
+        else:
+            overall = await rollups.series(sel.grain, since, until, None, sel.filters)
+            totals = await rollups.totals(since, until, sel.group_by, sel.filters)
+            total = (await rollups.totals(since, until, None, sel.filters))[0]
+    except ValueError as exc:  # what the rollups refuse (a range past their limits): the form says why
+        raise BadQuery("from", str(exc)) from None
+    return Usage(series, overall, totals, total)
+
+
+def label(group: str | None, group_by: str | None) -> str:
+    if group_by is None:
+        return "all"
+    return group if group is not None else NO_GROUP[group_by]
+
+
+def _line(x: list[int], rows: list[dict[str, Any]], value: Any, *, gaps: bool = False) -> list[float | None]:
+    """One chart line: `value(row)` per bucket of `x`, zero (or a gap) where the bucket has no row."""
+    at = {row["bucket"]: i for i, row in enumerate(rows)}
+    return [value(rows[at[b]]) if b in at else (None if gaps else 0) for b in x]
+
+
+def chart_data(sel: Selection, usage: Usage) -> dict[str, Any]:
+    """The charts' numbers for charts.js: the bucket starts and, per chart, one line per group (the largest
+    `MAX_LINES` by requests, the rest as "other"), or for latency the percentiles of everything."""
+    x = bucket_starts(sel.grain, sel.range.since, sel.range.until)
+    group_by = sel.group_by
+    by_requests = sorted(usage.totals, key=lambda r: (-r["requests"], r["group"] is None, r["group"] or ""))
+    drawn = [r["group"] for r in by_requests[:MAX_LINES]]
+    per_group: dict[Any, list[dict[str, Any]]] = {g: [] for g in drawn}
+    other: dict[int, dict[str, Any]] = {}
+    for row in usage.series:
+        if row["group"] in per_group:
+            per_group[row["group"]].append(row)
+        else:
+            acc = other.setdefault(row["bucket"], {"bucket": row["bucket"], **dict.fromkeys(_SUMMED, 0)})
+            for name in _SUMMED:
+                acc[name] += row[name]
+    lines = [(label(g, group_by), rows) for g, rows in per_group.items()]
+    if other:
+        lines.append((f"other ({len(by_requests) - MAX_LINES})", sorted(other.values(), key=lambda r: r["bucket"])))
+
+    def chart(key: str, title: str, unit: str, value: Any) -> dict[str, Any]:
+        return {"key": key, "title": title, "unit": unit,
+                "series": [{"label": name, "values": _line(x, rows, value)} for name, rows in lines]}  # fmt: skip
+
+    charts = [
+        chart("requests", "Requests", "count", lambda r: r["requests"]),
+        chart("tokens", "Tokens (input + output)", "count", lambda r: r["prompt_tokens"] + r["completion_tokens"]),
+        chart("cost", "Cost (USD)", "usd", lambda r: r["cost_micros"] / 1_000_000),
+        chart("errors", "Errors (status 400 and above)", "count", lambda r: r["errors"]),
+    ]
+    latency = [
+        {"label": name, "values": _line(x, usage.overall, lambda r, k=k: r[k], gaps=True)}
+        for name, k in (("p50", "p50_ms"), ("p95", "p95_ms"), ("p99", "p99_ms"))
+    ]
+    charts.append({"key": "latency", "title": "Latency (all requests)", "unit": "ms", "series": latency})
+    return {"x": x, "grain": sel.grain, "charts": charts}
+
+
+_SUMMED = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros")
+
+
+def _row_view(row: dict[str, Any], name: str) -> dict[str, Any]:
+    requests = row["requests"]
+    return {
+        "group": name,
+        "requests": requests,
+        "errors": row["errors"],
+        "error_rate": f"{100 * row['errors'] / requests:.1f}%" if requests else "",
+        "prompt_tokens": row["prompt_tokens"],
+        "completion_tokens": row["completion_tokens"],
+        "cached_tokens": row["cached_tokens"],
+        "cost": query.usd(row["cost_micros"]),
+        "cost_micros": row["cost_micros"],
+        "avg": query.ms(row["avg_ms"]),
+        "p50": query.ms(row["p50_ms"]),
+        "p95": query.ms(row["p95_ms"]),
+        "p99": query.ms(row["p99_ms"]),
+    }
+
+
+def _form(params: Mapping[str, str], sel: Selection | None) -> dict[str, Any]:
+    """The form's fields as the page shows them: the selection's, or as typed when it could not be read."""
+    keys = ("from", "to", "range", "group", "grain", *(name for _, name in FILTERS))
+    if sel is None:
+        return {k: params.get(k, "") for k in keys}
+    return dict.fromkeys(keys, "") | sel.params() | {"range": sel.range.preset or ""}
+
+
+def _presets(sel: Selection | None) -> list[dict[str, Any]]:
+    out = []
+    for preset in query.PRESETS:
+        rest = sel.params() if sel is not None else {}
+        rest = {k: v for k, v in rest.items() if k not in ("from", "to")} | {"range": preset}
+        out.append({"name": preset, "href": "/ui/usage?" + urlencode(rest),
+                    "current": sel is not None and sel.range.preset == preset})  # fmt: skip
+    return out
+
+
+async def usage_page(request: Request) -> Response:
+    await session.signed_in(request)
+    params = request.query_params
+    context: dict[str, Any] = {"groups": GROUPS, "grains": GRAINS, "error": None, "data": None}
+    try:
+        sel = selection(params, time.time())
+        usage = await reading(read_usage(request.app.state.accounts, sel))
+    except BadQuery as bad:
+        context |= {"form": _form(params, None), "presets": _presets(None), "error": bad}
+        return render.page(request, "usage.html", context, 400)
+    group_by = sel.group_by
+    context |= {
+        "form": _form(params, sel),
+        "presets": _presets(sel),
+        "shown": f"{query.utc(sel.range.since, seconds=False)} to {query.utc(sel.range.until, seconds=False)}, "
+        f"by the {sel.grain}",
+        "group_title": "All requests" if group_by is None else group_by.capitalize(),
+        "rows": [_row_view(r, label(r["group"], group_by)) for r in usage.totals[:MAX_TABLE]],
+        "more_groups": max(len(usage.totals) - MAX_TABLE, 0),
+        "total": _row_view(usage.total, "total"),
+        "grouped": group_by is not None,
+        "data": chart_data(sel, usage),
+        "csv_href": "/ui/usage.csv?" + sel.query(),
+    }
+    return render.page(request, "usage.html", context)
+
+
+async def usage_csv(request: Request) -> Response:
+    """The selection's series as CSV, every bucket and every group (store/rollups.series_csv's columns)."""
+    await session.signed_in(request)
+    try:
+        sel = selection(request.query_params, time.time())
+        usage = await reading(read_usage(request.app.state.accounts, sel))
+    except BadQuery as bad:
+        return render.problem(request, bad.as_error())
+    start = sel.range.params().get("range") or f"{sel.range.start or 'start'}_{sel.range.end or 'now'}"
+    name = f"usage-{sel.group}-{sel.grain}-{start}.csv".replace(":", "")
+    headers = {**render.HEADERS, "content-disposition": f'attachment; filename="{name}"'}
+    return Response(series_csv(usage.series), 200, headers=headers, media_type="text/csv; charset=utf-8")
+
+
+ROUTES: list[Route] = [
+    Route("/ui/usage", render.guarded(usage_page), methods=["GET"]),
+    Route("/ui/usage.csv", render.guarded(usage_csv), methods=["GET"]),
+]
