@@ -36,6 +36,7 @@ from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, T
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
+from inferplex.config import _resolve_secret
 from inferplex.observe.settings import AlertEvent, AlertsConfig, WebhookConfig
 from inferplex.store.backend import Database, unreachable
 from inferplex.store.leasing import claim_due, look_forever
@@ -121,10 +122,13 @@ class Hook:
 
     @classmethod
     def of(cls, config: WebhookConfig) -> Hook:
-        name = config.name or "url-" + hashlib.sha256(config.url.encode()).hexdigest()[:16]
-        secret = config.secret.get_secret_value() if config.secret is not None else None
-        return cls(name, config.url, None if secret is None else signing_key(secret), config.format,
-                   frozenset(config.events))  # fmt: skip
+        """The hook with its references resolved (a variable that is not set stops the gateway's start)."""
+        url = _resolve_secret(config.url) if config.url.startswith(("env:", "file:")) else config.url
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"alerts.webhooks: {config.url} does not hold an http(s) URL")
+        name = config.name or "url-" + hashlib.sha256(url.encode()).hexdigest()[:16]
+        key = None if config.secret is None else signing_key(_resolve_secret(config.secret))
+        return cls(name, url, key, config.format, frozenset(config.events))
 
 
 def signing_key(secret: str) -> bytes:

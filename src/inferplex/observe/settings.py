@@ -4,9 +4,9 @@ settings sit beside the code that reads them; config.py only hangs them on `Conf
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field
 
 AlertEvent = Literal["budget", "breaker", "error_rate"]
 ALERT_EVENTS: tuple[AlertEvent, ...] = ("budget", "breaker", "error_rate")
@@ -66,31 +66,17 @@ class ConsoleConfig(_Strict):
     secure_cookie: bool = False
 
 
-def _reference(value: Any) -> Any:
-    """`env:NAME` / `file:PATH` resolved as config.py resolves secrets (imported late: config.py imports us)."""
-    if isinstance(value, str) and value.startswith(("env:", "file:")):
-        from inferplex.config import _resolve_secret
-
-        return _resolve_secret(value)
-    return value
-
-
-def _secret_reference(value: Any) -> Any:
-    """A webhook secret is a reference, never inlined in the file (config.py's rule for every secret)."""
-    if isinstance(value, str) and not value.startswith(("env:", "file:")):
-        raise ValueError("secrets are referenced, not inlined: write env:VARIABLE or file:/path/to/secret")
-    return _reference(value)
-
-
 class WebhookConfig(_Strict):
     # a stable name for the hook: deliveries waiting in the database find their hook by it (default: a
     # digest of the URL, so changing the URL of an unnamed hook orphans what it had queued)
     name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    # the URL, or an env:/file: reference to it (a Slack webhook URL is itself a secret)
-    url: Annotated[str, BeforeValidator(_reference)] = Field(min_length=1, pattern=r"^https?://")
-    # HMAC-SHA256 key of the Standard Webhooks signature (env:NAME or file:PATH; "whsec_<base64>" is
-    # decoded as Standard Webhooks does, any other value used as its UTF-8 bytes); without one, unsigned
-    secret: Annotated[SecretStr | None, BeforeValidator(_secret_reference)] = None
+    # the URL, or an env:/file: reference to it (a Slack webhook URL is itself a secret); references are
+    # resolved when the gateway starts (observe/alerts.py)
+    url: str = Field(min_length=1, pattern=r"^(https?://|env:|file:)")
+    # HMAC-SHA256 key of the Standard Webhooks signature, referenced as every secret is (env:NAME or
+    # file:PATH, never inlined); "whsec_<base64>" is decoded as Standard Webhooks does, any other value used
+    # as its UTF-8 bytes. Without one, deliveries are unsigned
+    secret: str | None = Field(None, pattern=r"^(env|file):.")
     # "inferplex": the signed JSON event; "slack": Slack's incoming-webhook body ({"text": ...}), which
     # Slack, Mattermost, Discord's /slack endpoint and most chat tools accept
     format: Literal["inferplex", "slack"] = "inferplex"
