@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from tests.accounts.conftest import own_database
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -113,6 +114,15 @@ def test_the_database_keeps_only_the_session_id_s_hash(server: GatewayServer) ->
         rows = conn.execute("SELECT id_hash, key_id, csrf FROM console_sessions").fetchall()
     assert rows and all(value not in row[0] for row in rows)
     assert ("master" in {row[1] for row in rows}) and all(len(row[0]) == 64 for row in rows)
+
+
+def test_an_expired_session_sends_to_the_sign_in_page(server: GatewayServer) -> None:
+    browser = Browser(server)
+    browser.sign_in(server.master_key)
+    token = _csrf(browser.get("/ui/keys").text)
+    with sqlite3.connect(Path(server.config.server.data_dir) / "inferplex.db") as conn:
+        conn.execute("UPDATE console_sessions SET expires_at = 1 WHERE csrf = ?", (token,))
+    assert browser.get("/ui/keys").status_code == 303
 
 
 def test_a_wrong_key_and_a_key_without_admin_are_refused(server: GatewayServer) -> None:
@@ -401,3 +411,20 @@ def test_the_ledger_pages_by_cursor(server: GatewayServer, browser: Browser) -> 
     rest = [int(i) for i in re.findall(r'data-testid="ledger-row" data-entry-id="(\d+)"', second)]
     assert len(rest) == 5 and max(rest) < min(ids) and 'data-testid="ledger-older"' not in second
     assert browser.get(f"/ui/accounts/{account_id}", params={"before": "x"}).status_code == 400
+
+
+def test_sessions_and_forms_on_postgresql(fake_openai: FakeOpenAI) -> None:
+    config = openai_config(fake_openai)
+    with own_database("inferplex_console_") as url:
+        config["storage"] = {"database_url": url}
+        with GatewayServer(config) as gateway:
+            browser = Browser(gateway)
+            assert browser.sign_in(gateway.master_key).status_code == 303
+            key_id, secret = _new_key(browser, name="pg", scopes=["chat"], credits_micros="100000000")
+            _client(gateway, secret).chat.completions.create(model="echo-model", messages=HI)  # type: ignore[arg-type]
+            assert browser.post(f"/ui/keys/{key_id}/revoke", page=f"/ui/keys/{key_id}").status_code == 303
+            with pytest.raises(openai.AuthenticationError):
+                _client(gateway, secret).chat.completions.create(model="echo-model", messages=HI)  # type: ignore[arg-type]
+            assert browser.get("/ui/keys/a%00b").status_code == 400  # NUL never reaches PostgreSQL
+            assert browser.post("/ui/logout", page="/ui/keys").status_code == 303
+            assert browser.get("/ui/keys").status_code == 303
