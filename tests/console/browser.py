@@ -20,6 +20,7 @@ WIDE = (1440, 900)
 PHONE = (375, 812)
 # how long the browser waits for a page, an element or a condition before the step fails
 STEP_TIMEOUT_MS = 15_000
+RESIZE_SETTLE_MS = 400
 
 
 def launch(playwright: Playwright, chromium: Path) -> Browser:
@@ -68,15 +69,21 @@ class Console:
         self.page.click(tid("login-submit"))
         self.page.wait_for_url(lambda url: "/ui/" in url and "/ui/login" not in url)
 
+    def resize(self, viewport: tuple[int, int]) -> None:
+        """Resize the window, and give the page's debounced resize handlers (the usage charts redraw 100 ms
+        after the last resize event) time to run before anything is measured or shot."""
+        self.page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
+        self.page.wait_for_timeout(RESIZE_SETTLE_MS)
+
     def shoot(self, name: str) -> int:
         """Screenshots of the current page (whole length) at desktop and phone width; the viewport is the desktop
         one again afterwards. Answers how many CSS pixels the page overflows sideways at phone width (0: none),
         which on a phone means scrolling sideways to reach part of it."""
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         slug = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-        self.page.set_viewport_size({"width": PHONE[0], "height": PHONE[1]})
+        self.resize(PHONE)
         overflow = int(self.page.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
         self.page.screenshot(path=str(ARTIFACTS / f"{slug}-phone.png"), full_page=True)
-        self.page.set_viewport_size({"width": WIDE[0], "height": WIDE[1]})
+        self.resize(WIDE)
         self.page.screenshot(path=str(ARTIFACTS / f"{slug}-wide.png"), full_page=True)
         return overflow
