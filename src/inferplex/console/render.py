@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import jinja2
 from starlette.datastructures import FormData
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from inferplex.console.session import Session, SignInRequired
-from inferplex.errors import GatewayError, InvalidRequest
+from inferplex.errors import GatewayError, InvalidRequest, Unavailable
+from inferplex.store.backend import unreachable
 
+log = logging.getLogger(__name__)
 Page = Callable[[Request], Awaitable[Response]]
 
 HEADERS = {
@@ -109,7 +112,7 @@ def _storable(request: Request) -> None:
 def guarded(handler: Page) -> Page:
     """A page handler whose `SignInRequired` becomes a 303 to the sign-in page, and whose `GatewayError`s
     (a CSRF refusal, an unknown id, an admin operation's refusal, a parameter holding NUL) become an error
-    page with their status."""
+    page with their status; an unreachable database is a 503 page, as the API answers it (edge.endpoint)."""
 
     @functools.wraps(handler)
     async def run(request: Request) -> Response:
@@ -120,6 +123,14 @@ def guarded(handler: Page) -> Page:
             return see_other("/ui/login")
         except GatewayError as error:
             return problem(request, error)
+        except ClientDisconnect:  # gone before its form arrived: nobody to answer
+            return Response(status_code=499)
+        except Exception as exc:
+            if unreachable(exc) is None:
+                raise
+            log.warning("%s: the database cannot be reached (%s)", request.url.path, type(exc).__name__)
+            message = "The gateway's database cannot be reached right now; try again shortly."
+            return problem(request, Unavailable(message, code="store_unavailable"))
 
     return run
 
