@@ -64,6 +64,9 @@ class ConsoleConfig(_Strict):
     session_ttl_s: int = Field(12 * 3600, ge=60, le=30 * 86400)
     # mark the session cookie Secure (set it when the console is served over HTTPS, as it should be)
     secure_cookie: bool = False
+    # origins (scheme://host[:port]) whose forms the console also accepts, besides the Host the request
+    # names: the public origin, behind a proxy that rewrites Host
+    allowed_origins: list[str] = Field(default_factory=list)
 
 
 class WebhookConfig(_Strict):
