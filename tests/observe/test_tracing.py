@@ -162,6 +162,9 @@ def test_a_request_is_a_server_span_under_the_callers_with_stages_and_an_attempt
     assert attempt.attributes["inferplex.deployment"] == "fake/gpt-echo"
     assert attempt.attributes["inferplex.attempt.outcome"] == "ok"
     assert attempt.attributes["http.response.status_code"] == 200
+    assert (
+        attempt.attributes["gen_ai.provider.name"] == "openai" and attempt.attributes["server.address"] == "127.0.0.1"
+    )
     assert upstream_traceparents(fake, before) == [f"00-{trace_id}-{attempt.span_id}-01"]
     assert header(fake.state.requests[-1].headers, "tracestate") == "caller=abc"
 
@@ -251,6 +254,16 @@ def test_without_a_caller_context_the_request_starts_a_trace(
     assert root.parent_id == "" and root.name == "embeddings embed-model"
     assert root.attributes["gen_ai.operation.name"] == "embeddings"
     assert attempt.name == "embeddings text-embedding-fake"
+    assert upstream_traceparents(fake, before) == [f"00-{root.trace_id}-{attempt.span_id}-01"]
+
+
+def test_a_malformed_traceparent_is_ignored(gateway: GatewayServer, collector: Collector, fake: FakeOpenAI) -> None:
+    before = len(fake.state.requests)
+    raw = client(gateway).chat.completions.with_raw_response.create(
+        model="echo-model", messages=MSG, extra_headers={"traceparent": "00-not-a-trace-01", "tracestate": "=,="}
+    )
+    root, (attempt,), _ = tree(collector, raw.headers["x-inferplex-request-id"])
+    assert root.parent_id == "" and root.attributes["http.response.status_code"] == 200
     assert upstream_traceparents(fake, before) == [f"00-{root.trace_id}-{attempt.span_id}-01"]
 
 

@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from opentelemetry.context import Context as OtelContext
@@ -109,6 +110,7 @@ class TracingSink(Sink):
         self._headers = dict(headers)
         self.provider: TracerProvider | None = None
         self.tracer: Tracer | None = None
+        self._hosts: dict[str, str] = {}
 
     async def start(self, env: Env) -> None:
         s = self.settings
@@ -145,7 +147,8 @@ class TracingSink(Sink):
             f"{method} {route}", context=parent, kind=SpanKind.SERVER, attributes=attributes, start_time=start
         )
         ctx.trace = _Request(span, set_span_in_context(span), epoch_ns, perf)
-        ctx.stages = []
+        if span.is_recording():  # a request the sampler left out records no stages
+            ctx.stages = []
 
     def finished(self, ctx: Context, method: str, status: int, streaming: bool) -> None:
         req = ctx.trace
@@ -216,6 +219,15 @@ class TracingSink(Sink):
 
     # ---- the attempts ---------------------------------------------------------------------------------
 
+    def _address(self, base_url: str | None) -> str | None:
+        """The provider's host (`server.address`), parsed once per base URL."""
+        if base_url is None:
+            return None
+        found = self._hosts.get(base_url)
+        if found is None:
+            found = self._hosts[base_url] = urlsplit(base_url).hostname or ""
+        return found or None
+
     def attempt_started(self, ctx: Context, record: Attempt) -> None:
         req, tracer, target = ctx.trace, self.tracer, ctx.target
         if not isinstance(req, _Request) or tracer is None or target is None:
@@ -228,6 +240,9 @@ class TracingSink(Sink):
             "inferplex.deployment": record.deployment,
             "inferplex.model": record.model,
         }
+        address = self._address(target.provider.base_url)
+        if address is not None:
+            attributes["server.address"] = address
         span = tracer.start_span(
             f"{operation} {target.upstream_model}",
             context=req.parent,

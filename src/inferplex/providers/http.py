@@ -61,10 +61,6 @@ def trace_calls() -> None:
     _traced = True
 
 
-def _outbound() -> Outbound | None:
-    return OUTBOUND.get() if _traced else None
-
-
 async def _traced_middleware(
     req: aiohttp.ClientRequest, handler: Callable[[aiohttp.ClientRequest], Awaitable[aiohttp.ClientResponse]]
 ) -> aiohttp.ClientResponse:
@@ -172,7 +168,7 @@ async def post_json(
     timeouts: Timeouts,
     errors: ErrorMap,
 ) -> tuple[Any, Mapping[str, str]]:
-    out = _outbound()
+    out = OUTBOUND.get() if _traced else None
     if out is not None:
         headers = _sending(out, body, headers)
     try:
@@ -207,7 +203,7 @@ async def open_stream(
     errors: ErrorMap,
 ) -> aiohttp.ClientResponse:
     """Send the request and wait for the response head; the caller owns (and must close) the response."""
-    out = _outbound()
+    out = OUTBOUND.get() if _traced else None
     if out is not None:
         headers = _sending(out, body, headers)
     try:
@@ -274,7 +270,7 @@ DONE = object()  # what `json_events` yields for OpenAI's `data: [DONE]`
 async def json_events(resp: aiohttp.ClientResponse, errors: ErrorMap) -> AsyncIterator[tuple[str, Any]]:
     """SSE events as (event name, decoded JSON data); `[DONE]` comes as `DONE`. A stream that ends without
     its provider's own end marker is for the caller to judge; data that is not JSON is the provider's failure."""
-    out = _outbound()  # read at the first event, still in the attempt's task
+    out = OUTBOUND.get() if _traced else None  # read at the first event, still in the attempt's task
     received = out.received if out is not None else None
     async for event in sse_events(resp, errors):
         if event.data == "[DONE]":
