@@ -211,6 +211,15 @@ def test_a_change_without_the_token_or_from_another_origin_is_refused(server: Ga
     assert len(_admin(server, "GET", "/admin/keys").json()["data"]) == before + 2
 
 
+def test_an_allowed_origin_is_accepted_behind_a_proxy_that_rewrites_host(fake_openai: FakeOpenAI) -> None:
+    config = openai_config(fake_openai)
+    config["console"] = {"allowed_origins": ["https://console.example.com"]}
+    with GatewayServer(config) as gateway:
+        for origin, status in (("https://console.example.com", 303), ("https://other.example.com", 403)):
+            answer = httpx.post(gateway.url + "/ui/login", data={"key": gateway.master_key}, headers={"origin": origin})
+            assert answer.status_code == status, origin
+
+
 def test_sign_in_from_another_origin_is_refused(server: GatewayServer) -> None:
     answer = httpx.post(
         server.url + "/ui/login", data={"key": server.master_key}, headers={"origin": "https://evil.example"}

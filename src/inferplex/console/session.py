@@ -182,8 +182,9 @@ async def end(request: Request) -> None:
 
 def check_origin(request: Request) -> None:
     """Refuse a change sent from another site: `Sec-Fetch-Site` cross-site, or an `Origin` (else `Referer`)
-    whose host is not the one this request was sent to. A request with neither (curl, httpx) passes here;
-    the CSRF token still guards it."""
+    whose host is not the one this request was sent to (its Host header) nor one of
+    `console.allowed_origins`. A request with neither header (curl, httpx) passes here; the CSRF token
+    still guards it."""
     if request.headers.get("sec-fetch-site") == "cross-site":
         raise Refused("This change was sent from another site.")
     origin = request.headers.get("origin")
@@ -191,9 +192,13 @@ def check_origin(request: Request) -> None:
         origin = request.headers.get("referer")
     if origin is None:
         return
-    host = request.headers.get("host", "")
-    if origin == "null" or urlsplit(origin).netloc.lower() != host.lower():
-        raise Refused("This change was sent from another origin.")
+    parts = urlsplit(origin)
+    if parts.netloc and parts.netloc.lower() == request.headers.get("host", "").lower():
+        return
+    allowed = _accounts(request).config.console.allowed_origins
+    if f"{parts.scheme}://{parts.netloc}".lower() in {o.rstrip("/").lower() for o in allowed}:
+        return
+    raise Refused("This change was sent from another origin.")
 
 
 async def check_csrf(request: Request, form: Mapping[str, Any] | None = None) -> Session:
