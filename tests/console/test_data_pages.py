@@ -16,12 +16,30 @@ import httpx
 import openai
 import orjson
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    status_code_conformance,
+)
 
+from inferplex.openapi import console_views
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 
 HI = [{"role": "user", "content": "hello there"}]
+
+
+def no_5xx(ctx: Any, response: Any, case: Any) -> bool | None:
+    assert response.status_code < 500, f"{response.status_code}: {response.text}"
+    return None
+
+
+FUZZ_CHECKS = [no_5xx, status_code_conformance, content_type_conformance, response_headers_conformance]
 PAGES = ("/ui/usage", "/ui/usage.csv", "/ui/requests", "/ui/requests/req_x", "/ui/providers", "/ui/models")
 
 
@@ -419,3 +437,32 @@ def test_bad_input_is_a_400_page_naming_it(browser: httpx.Client, path: str, nam
 def test_a_bad_csv_query_is_a_400_page(browser: httpx.Client) -> None:
     answer = browser.get("/ui/usage.csv?grain=week")
     assert answer.status_code == 400 and answer.headers["content-type"].startswith("text/html")
+
+
+# ---- fuzzed while signed in ---------------------------------------------------------------------------------
+
+VIEWS = [("get", op.path) for op in console_views.OPERATIONS]
+
+
+@pytest.mark.parametrize(("method", "path"), VIEWS, ids=[p for _, p in VIEWS])
+def test_fuzzed_queries_get_a_documented_answer_never_a_5xx(
+    traffic: Traffic, browser: httpx.Client, method: str, path: str
+) -> None:
+    """tests/test_schema_fuzz.py meets these pages signed out (a 303); here schemathesis generates their query
+    strings (valid and invalid, from /openapi.json) with a live session, so every parser is reached."""
+    schema = schemathesis.openapi.from_url(traffic.server.url + "/openapi.json")
+    schema.config.update(base_url=traffic.server.url)
+    operation = schema[path][method.upper()]
+    cookie = {"Cookie": f"ipx_console={browser.cookies['ipx_console']}"}
+    cases = st.one_of(operation.as_strategy(mode) for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE))
+    seen: set[int] = set()
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None)
+    @given(case=cases)
+    def run(case: Any) -> None:
+        answer = case.call_and_validate(headers=cookie, checks=FUZZ_CHECKS, timeout=20)
+        assert answer.status_code != 303, "the session was not used"
+        seen.add(answer.status_code)
+
+    run()
+    assert seen & {200, 404}, seen  # some generated queries were good ones
