@@ -21,7 +21,6 @@ from inferplex.accounts.wiring import AccountServices
 from inferplex.config import ModelConfig, Pricing
 from inferplex.console import query, render, session
 from inferplex.console.query import BadQuery
-from inferplex.console.reading import reading
 from inferplex.routing.health import snapshot
 from inferplex.store.request_log import RequestLog
 from inferplex.targets import Target
@@ -89,7 +88,7 @@ async def providers_page(request: Request) -> Response:
     except BadQuery as bad:
         raise bad.as_error() from None
     health = [deployment_view(dict(r)) for r in await snapshot(_router(request))]
-    errors = await reading(_recent_errors(request.app.state.accounts, deployment))
+    errors = await _recent_errors(request.app.state.accounts, deployment)
     providers = []
     for p in config.providers:
         mine = [h for h in health if h["provider"] == p.name]

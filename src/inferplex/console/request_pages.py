@@ -23,7 +23,6 @@ from starlette.routing import Route
 from inferplex.accounts.wiring import AccountServices
 from inferplex.console import query, render, session
 from inferplex.console.query import BadQuery
-from inferplex.console.reading import reading
 from inferplex.errors import NotFound
 from inferplex.observe.faults import ERROR_TYPES, FAULTS
 from inferplex.store.request_log import STATUS_CLASSES, RequestFilter, RequestLog, RequestPage
@@ -144,7 +143,7 @@ async def requests_page(request: Request) -> Response:
     }
     try:
         where = filters(params, time.time())
-        found = await reading(read_page(request.app.state.accounts, where, _before(params)))
+        found = await read_page(request.app.state.accounts, where, _before(params))
     except BadQuery as bad:
         if fragment:
             return render.problem(request, bad.as_error())
@@ -177,7 +176,7 @@ async def request_page(request: Request) -> Response:
     request_id = request.path_params["request_id"]
     found = None
     if len(request_id) <= MAX_REQUEST_ID:
-        found = await reading(_detail(request.app.state.accounts, request_id))
+        found = await _detail(request.app.state.accounts, request_id)
     if found is None:
         raise NotFound(f"No request {request_id!r} in the log.", param="request_id", code="request_not_found")
     attempts = [

@@ -22,7 +22,6 @@ from starlette.routing import Route
 from inferplex.accounts.wiring import AccountServices
 from inferplex.console import query, render, session
 from inferplex.console.query import BadQuery, TimeRange
-from inferplex.console.reading import reading
 from inferplex.store.rollups import MAX_BUCKETS, SECONDS, RollupFilter, Rollups, bucket_starts, series_csv
 
 GRAINS = ("auto", "hour", "day")
@@ -198,7 +197,7 @@ async def usage_page(request: Request) -> Response:
     context: dict[str, Any] = {"groups": GROUPS, "grains": GRAINS, "error": None, "data": None}
     try:
         sel = selection(params, time.time())
-        usage = await reading(read_usage(request.app.state.accounts, sel))
+        usage = await read_usage(request.app.state.accounts, sel)
     except BadQuery as bad:
         context |= {"form": _form(params, None), "presets": _presets(None), "error": bad}
         return render.page(request, "usage.html", context, 400)
@@ -224,7 +223,7 @@ async def usage_csv(request: Request) -> Response:
     await session.signed_in(request)
     try:
         sel = selection(request.query_params, time.time())
-        usage = await reading(read_usage(request.app.state.accounts, sel))
+        usage = await read_usage(request.app.state.accounts, sel)
     except BadQuery as bad:
         return render.problem(request, bad.as_error())
     start = sel.range.params().get("range") or f"{sel.range.start or 'start'}_{sel.range.end or 'now'}"
