@@ -45,8 +45,11 @@ def chat(gateway: GatewayServer, key: str, text: str = "hello console") -> str:
     return raw.headers["x-inferplex-request-id"]
 
 
-def create_key(console: Console, name: str, scopes: tuple[str, ...] = ("chat",)) -> tuple[str, str]:
-    """Make a key in the keys page with exactly `scopes`: its id and the secret the page shows once."""
+def create_key(
+    console: Console, name: str, scopes: tuple[str, ...] = ("chat",), credits_micros: int | None = None
+) -> tuple[str, str]:
+    """Make a key in the keys page with exactly `scopes` (and its new account funded with `credits_micros`):
+    its id and the secret the page shows once."""
     page = console.page
     page.click(tid("nav-keys"))
     page.wait_for_url("**/ui/keys*")
@@ -56,6 +59,8 @@ def create_key(console: Console, name: str, scopes: tuple[str, ...] = ("chat",))
     for i in range(boxes.count()):
         box = boxes.nth(i)
         box.set_checked(box.get_attribute("value") in scopes)
+    if credits_micros is not None:
+        form.locator('[name="credits_micros"]').fill(str(credits_micros))
     form.locator(tid("key-create-submit")).click()
     secret = page.locator(tid("new-secret")).inner_text().strip()
     assert secret.startswith("ipx-"), secret
@@ -129,6 +134,12 @@ def test_a_key_made_in_the_console_works_until_revoked(signed_in: Console, conso
     page.click(tid("nav-requests"))
     page.wait_for_url("**/ui/requests*")
     row = until_present(console, f'{tid("request-row")}[data-request-id="{request_id}"]')
+    page.fill(tid("request-key"), key_id)
+    page.click(tid("request-apply"))
+    page.wait_for_url(f"**key={key_id}*")
+    # the key's two requests: the refusal before funding, then the answer
+    statuses = page.locator(tid("request-status-code")).all_inner_texts()
+    assert sorted(s.strip() for s in statuses) == ["200", "403"]
     console.shoot("requests")
     row.locator(tid("request-link")).click()
     page.wait_for_url(f"**/ui/requests/{request_id}*")
@@ -149,6 +160,11 @@ def test_a_key_made_in_the_console_works_until_revoked(signed_in: Console, conso
     assert usage.locator(tid("usage-errors")).inner_text().strip() == "1"
     assert page.locator(f"{tid('usage-chart')} canvas").count() >= 1
     console.shoot("usage-by-key")
+    with page.expect_download() as download:
+        page.click(tid("usage-csv"))
+    csv_path = download.value.path()
+    lines = [line for line in csv_path.read_text().splitlines() if key_id in line]
+    assert lines, "the CSV export has no line for the key"
 
     key_row(console, "browser-flow").locator(tid("key-edit")).click()
     page.wait_for_url(f"**/ui/keys/{key_id}*")
@@ -160,11 +176,61 @@ def test_a_key_made_in_the_console_works_until_revoked(signed_in: Console, conso
 
 
 def test_the_new_secret_is_shown_once(signed_in: Console) -> None:
+    page = signed_in.page
     key_id, secret = create_key(signed_in, "shown-once")
+    shown_at = page.evaluate("navigation.currentEntry.index")
     for path in ("/ui/accounts", "/ui/keys", f"/ui/keys/{key_id}"):
         signed_in.goto(path)
-        assert secret not in signed_in.page.content(), path
-        assert signed_in.page.locator(tid("new-secret")).count() == 0, path
+        assert secret not in page.content(), path
+        assert page.locator(tid("new-secret")).count() == 0, path
+    # nor from the browser's history: the answer that showed it was not kept (cache-control: no-store), and
+    # going back to it neither shows it again nor posts the form again
+    while page.evaluate("navigation.currentEntry.index") > shown_at:
+        page.go_back()
+    assert secret not in page.content()
+    assert page.locator(tid("key-row"), has_text="shown-once").count() == 1
+
+
+def test_rotating_in_the_console_swaps_the_secret(signed_in: Console, console_gateway: GatewayServer) -> None:
+    page = signed_in.page
+    key_id, old = create_key(signed_in, "rotated", credits_micros=5_000_000)
+    chat(console_gateway, old)
+    key_row(signed_in, "rotated").locator(tid("key-edit")).click()
+    page.wait_for_url(f"**/ui/keys/{key_id}*")
+    page.click(tid("key-rotate"))
+    new = page.locator(tid("new-secret")).inner_text().strip()
+    assert new.startswith("ipx-") and new != old
+    with pytest.raises(openai.AuthenticationError):
+        chat(console_gateway, old)
+    chat(console_gateway, new)
+
+
+def test_an_admin_key_signs_in_until_it_is_revoked(
+    browser: Browser, signed_in: Console, console_gateway: GatewayServer
+) -> None:
+    """Only keys holding `admin` get in; and revoking one in the console ends the session it opened."""
+    _, chat_only = create_key(signed_in, "no-console")
+    admin_id, admin = create_key(signed_in, "second-operator", scopes=("admin",))
+    other = Console.open(browser, console_gateway.url)
+    try:
+        other.goto("/ui/login")
+        other.page.fill(tid("login-key"), chat_only)
+        other.page.click(tid("login-submit"))
+        other.page.wait_for_load_state()
+        assert other.path().startswith("/ui/login")
+        other.sign_in(admin)
+        other.goto("/ui/accounts")
+        assert other.path().startswith("/ui/accounts")
+
+        key_row(signed_in, "second-operator").locator(tid("key-edit")).click()
+        signed_in.page.wait_for_url(f"**/ui/keys/{admin_id}*")
+        signed_in.page.click(tid("key-revoke"))
+        signed_in.page.locator(tid("key-status"), has_text="revoked").wait_for()
+
+        other.goto("/ui/accounts")
+        assert other.path().startswith("/ui/login")
+    finally:
+        other.close()
 
 
 def test_the_sign_in_key_stays_out_of_urls_pages_and_scripts(
