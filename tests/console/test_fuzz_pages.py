@@ -1,7 +1,7 @@
-"""The console's routes fuzzed signed in (tests/test_schema_fuzz.py fuzzes them signed out, where each is a
-303): schemathesis draws parameters and forms from the console's part of /openapi.json and sends them with
-a live session cookie and its CSRF token, so every form's parsing and every page's parameters are reached.
-Every answer must be documented, and never a 5xx."""
+"""Every console route (E1's and the data pages') fuzzed signed in: tests/test_schema_fuzz.py fuzzes them
+signed out, where each is a 303. schemathesis draws parameters and forms from the console's part of
+/openapi.json and sends them with a live session cookie and its CSRF token, so every form's parsing and
+every page's parameters are reached. Every answer must be documented, and never a 5xx."""
 
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 
 from inferplex.openapi.console import OPERATIONS as CONSOLE
+from inferplex.openapi.console_views import OPERATIONS as VIEWS
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 from tests.test_schema_fuzz import CHECKS, EXAMPLES
 
 # signing out would end the session the other cases run in (it is tested in test_pages.py)
-OPERATIONS = [(op.method, op.path) for op in CONSOLE if op.path != "/ui/logout"]
+OPERATIONS = [(op.method, op.path) for op in (*CONSOLE, *VIEWS) if op.path != "/ui/logout"]
 
 
 KNOWN: dict[str, str] = {}
