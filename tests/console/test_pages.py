@@ -437,3 +437,16 @@ def test_sessions_and_forms_on_postgresql(fake_openai: FakeOpenAI) -> None:
             assert browser.get("/ui/keys/a%00b").status_code == 400  # NUL never reaches PostgreSQL
             assert browser.post("/ui/logout", page="/ui/keys").status_code == 303
             assert browser.get("/ui/keys").status_code == 303
+
+
+def test_a_key_s_and_an_account_s_traffic_links_open(server: GatewayServer, browser: Browser) -> None:
+    key = _admin(server, "POST", "/admin/keys", json={"name": "linked"}).json()
+    for page, testids in (
+        (f"/ui/keys/{key['id']}", ("key-requests", "key-usage")),
+        (f"/ui/accounts/{key['account_id']}", ("account-requests", "account-usage")),
+    ):
+        html = browser.get(page).text
+        for testid in testids:
+            link = re.search(rf'href="([^"]+)" data-testid="{testid}"', html)
+            assert link, testid
+            assert browser.get(link.group(1).replace("&amp;", "&")).status_code == 200, testid
