@@ -149,6 +149,13 @@ def test_an_admin_key_signs_in_and_its_revocation_or_rotation_ends_the_session(s
         assert browser.get("/ui/keys").status_code == 303
 
 
+def test_an_admin_key_is_refused_from_an_address_it_may_not_use(server: GatewayServer) -> None:
+    body = {"name": "fenced", "scopes": ["admin"], "allowed_ips": ["10.0.0.0/8"]}
+    made = _admin(server, "POST", "/admin/keys", json=body).json()
+    refused = Browser(server).sign_in(made["key"])  # from 127.0.0.1
+    assert refused.status_code == 403 and "set-cookie" not in refused.headers
+
+
 def test_an_admin_key_that_loses_the_admin_scope_is_signed_out(server: GatewayServer) -> None:
     made = _admin(server, "POST", "/admin/keys", json={"name": "ops", "scopes": ["admin", "chat"]}).json()
     browser = Browser(server)
