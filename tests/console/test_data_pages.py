@@ -384,7 +384,9 @@ def test_models_list_every_model_with_deployments_and_prices(traffic: Traffic, b
     rows = {r.attrs["data-model"]: r for r in html.find("model-row")}
     assert set(rows) == {m.name for m in traffic.server.config.models}
     prices = text(rows["echo-model"].one("model-prices"))
-    assert "input $0.15 per 1M tokens" in prices and "output $0.6 per 1M tokens" in prices
+    assert "input $0.15 per 1M tokens" in prices and "output $0.60 per 1M tokens" in prices
+    assert text(rows["embed-model"].one("model-prices")) == "input $0.02 per 1M tokens"
+    assert text(rows["breaking"].one("model-prices")) == "no price set: costs nothing"
     deployments = [d.attrs["data-deployment"] for d in rows["flaky"].find("model-deployment")]
     assert deployments == ["flaky-bad", "flaky-good"]
     assert "api_key" not in browser.get("/ui/models").text and "sk-fake" not in browser.get("/ui/providers").text

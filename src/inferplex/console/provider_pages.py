@@ -129,10 +129,9 @@ _PRICES: tuple[tuple[str, str, str], ...] = (
 
 
 def _dollars(value: Decimal) -> str:
-    text = f"{value:f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return f"${text}"
+    """A configured price as written, to the cent at least ($0.60, $0.075, $2.00)."""
+    whole, _, frac = f"{value:f}".partition(".")
+    return f"${whole}.{frac.rstrip('0').ljust(2, '0')}"
 
 
 def prices(pricing: Pricing | None) -> list[str]:
@@ -144,11 +143,11 @@ def prices(pricing: Pricing | None) -> list[str]:
     out: list[str] = []
     for field, name, unit in _PRICES:
         value = getattr(pricing, field)
-        if value is not None and (value != 0 or field in ("input", "output")):
+        if value:
             out.append(f"{name} {_dollars(value)} {unit}")
     out += [f"image {size} {_dollars(v)} each" for size, v in pricing.image_by.items()]
     out += [f"video {res} {_dollars(v)} per second" for res, v in pricing.video_second_by.items()]
-    return out
+    return out or ["no price set: costs nothing"]
 
 
 def _target_view(target: Target) -> dict[str, Any]:

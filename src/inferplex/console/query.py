@@ -162,6 +162,11 @@ def utc(moment: float | None, *, seconds: bool = True) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M") + " UTC"
 
 
+def short(moment: float) -> str:
+    """A moment in a table row: month, day and time to the second (UTC; the row's title has the year)."""
+    return dt.datetime.fromtimestamp(moment, dt.UTC).strftime("%b %d %H:%M:%S")
+
+
 def usd(micros: int | None) -> str:
     """Micro-USD as dollars, to the micro-dollar, trailing zeros dropped past the cents."""
     if micros is None:

@@ -98,6 +98,7 @@ def row_view(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "request_id": row["request_id"],
         "when": query.utc(row["created_at"]),
+        "short_when": query.short(row["created_at"]),
         "model": row["model"] or "",
         "deployment": row["deployment"] or "",
         "key_id": row["key_id"] or "",

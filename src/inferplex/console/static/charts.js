@@ -14,7 +14,9 @@
     if (unit === "usd") {
       return function (v) {
         if (v == null) return "";
-        return "$" + (v >= 1 ? v.toFixed(2) : v.toPrecision(2));
+        if (v === 0) return "$0";
+        if (Math.abs(v) >= 0.01) return "$" + v.toFixed(2);
+        return "$" + parseFloat(v.toPrecision(2)).toFixed(Math.min(8, 1 - Math.floor(Math.log10(Math.abs(v)))));
       };
     }
     if (unit === "ms") {
@@ -26,6 +28,22 @@
       if (Math.abs(v) >= 1e3) return (v / 1e3).toFixed(1) + "k";
       return String(Math.round(v * 100) / 100);
     };
+  }
+
+  // dollars on an axis share one number of decimals, enough to tell its ticks apart ($0.000002, $0.000004)
+  function tickLabels(unit, fmt) {
+    if (unit !== "usd") return function (u, ticks) { return ticks.map(fmt); };
+    return function (u, ticks, axis, space, incr) {
+      var decimals = Math.min(8, Math.max(2, Math.ceil(-Math.log10(incr || 1))));
+      return ticks.map(function (v) { return v === 0 ? "$0" : "$" + v.toFixed(decimals); });
+    };
+  }
+
+  // the y axis is as wide as its longest label (a cost of $0.000008 needs more room than a count of 5)
+  function axisSize(u, values) {
+    if (!values) return 40;
+    var longest = values.reduce(function (n, v) { return Math.max(n, String(v).length); }, 0);
+    return Math.max(40, longest * 7 + 18);
   }
 
   function heightFor(width) {
@@ -41,7 +59,9 @@
         label: s.label,
         stroke: COLOURS[i % COLOURS.length],
         width: 2,
-        points: { show: x.length < 3 },
+        // a lone bucket between empty ones is a dot, not an invisible line (latency has gaps, not zeros)
+        points: { show: chart.unit === "ms" || x.length < 3, size: 5 },
+        spanGaps: false,
         value: function (u, v) { return fmt(v); },
       });
       data.push(s.values);
@@ -54,7 +74,7 @@
       tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); },
       series: series,
       scales: { y: { range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; } } },
-      axes: [{}, { values: function (u, ticks) { return ticks.map(fmt); }, size: 60 }],
+      axes: [{}, { values: tickLabels(chart.unit, fmt), size: axisSize }],
       legend: { live: width >= 500 },
     };
     return new uPlot(opts, data, box);
