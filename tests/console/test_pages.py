@@ -154,6 +154,14 @@ def test_an_admin_key_is_refused_from_an_address_it_may_not_use(server: GatewayS
     made = _admin(server, "POST", "/admin/keys", json=body).json()
     refused = Browser(server).sign_in(made["key"])  # from 127.0.0.1
     assert refused.status_code == 403 and "set-cookie" not in refused.headers
+    # signed in from an allowed address, then fenced off: the next page sends to the sign-in page
+    body["allowed_ips"] = ["127.0.0.0/8"]
+    made = _admin(server, "POST", "/admin/keys", json=body).json()
+    browser = Browser(server)
+    assert browser.sign_in(made["key"]).status_code == 303
+    assert browser.get("/ui/keys").status_code == 200
+    assert _admin(server, "PATCH", f"/admin/keys/{made['id']}", json={"allowed_ips": ["10.0.0.0/8"]}).status_code == 200
+    assert browser.get("/ui/keys").status_code == 303
 
 
 def test_an_admin_key_that_loses_the_admin_scope_is_signed_out(server: GatewayServer) -> None:

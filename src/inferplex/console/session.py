@@ -7,7 +7,8 @@ the browser, never put in a URL and never written into a page. The database keep
 
 Every page asks `signed_in(request)`: the row must exist and be unexpired, and its key must still be live
 and still hold `admin`, with the same secret as at sign-in (the binding `accounts/auth.py` gives tokens),
-so revoking, expiring, rotating or narrowing the key ends its sessions at once, on every replica.
+so revoking, expiring, rotating or narrowing the key ends its sessions at once, on every replica; and its
+`allowed_ips` hold for every page, as for every API request.
 
 Every change is a POST that carries the session's CSRF token (a hidden `csrf` field, or htmx's
 `X-CSRF-Token` header), and whose `Origin` (or, without one, `Referer`) names this host; SameSite=Strict
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
 import time
 from collections.abc import Mapping
@@ -32,8 +34,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from inferplex.accounts.auth import client_ip, parse_networks
 from inferplex.accounts.wiring import AccountServices
-from inferplex.auth import Principal
+from inferplex.auth import MASTER, Principal
 from inferplex.errors import GatewayError
 
 COOKIE = "ipx_console"
@@ -152,7 +155,25 @@ async def _find(request: Request) -> Session | None:
         return None
     if "admin" not in principal.scopes or not hmac.compare_digest(principal.binding, row.binding):
         return None  # no longer an admin, or its secret was rotated (or the master key changed)
+    if not await _from_allowed_address(request, accounts, row.key_id):
+        return None
     return Session(principal, row.csrf, id_hash, row.expires_at)
+
+
+async def _from_allowed_address(request: Request, accounts: AccountServices, key_id: str) -> bool:
+    """The key's `allowed_ips` hold for every page, as for every API request (the key store's cache answers)."""
+    if key_id == MASTER.key_id:
+        return True
+    found = await accounts.keys.by_id_with_account(key_id)
+    if found is None or not found[0].allowed_ips:
+        return found is not None
+    peer = request.client.host if request.client else None
+    ip = client_ip(peer, request.headers.get("x-forwarded-for"), accounts.auth.trusted)
+    try:
+        address = ipaddress.ip_address((ip or "").strip())
+    except ValueError:
+        return False
+    return any(address in network for network in parse_networks(found[0].allowed_ips))
 
 
 async def signed_in(request: Request) -> Session:
