@@ -126,7 +126,7 @@ def test_a_jump_over_two_thresholds_is_one_alert(tmp_path: Path, fake_openai: Fa
         key = admin.create_key(account_id=r.json()["id"])
         _spend(server, key["key"], 3)  # 18 of 20 before any look: 50% and 80% at once
         sink = _sink(server)
-        _on_loop(sink, sink.check_budgets({r.json()["id"]}, set()))
+        _on_loop(sink, sink.check_budgets(None, None))  # the sweep over every capped account and key
         (event,) = receiver.wait_for(lambda: receiver.events("budget.threshold"))
         admin.close()
     assert (event["data"]["subject"], event["data"]["threshold"], event["data"]["spent_micros"]) == ("account", 0.8, 18)
@@ -169,6 +169,24 @@ def test_two_replicas_that_both_see_a_crossing_raise_it_once(fake_openai: FakeOp
         rows = asyncio.run(_pg_rows(url, "SELECT event_type, status FROM alert_deliveries"))
     assert rows == [("budget.threshold", "delivered")]
     assert len(receiver.taken()) == 1 and len(receiver.deliveries) == 1
+
+
+def test_spend_another_replica_made_is_found_by_the_sweep(fake_openai: FakeOpenAI, tmp_path: Path,
+                                                         receiver: WebhookReceiver) -> None:  # fmt: skip
+    """Replica one raises no alerts (no webhooks); replica two never served the account, and finds its
+    spend in its periodic look at every capped account and key."""
+    with own_database("inferplex_alerts_") as url:
+        quiet = billing_config(fake_openai, tmp_path / "r1", url)
+        watching = billing_config(fake_openai, tmp_path / "r2", url, alerts=_alerts(_hook(receiver),
+                                  budget_sweep_s=0.05))  # fmt: skip
+        with GatewayServer(quiet) as one, GatewayServer(watching):
+            admin = Admin(one.url, one.master_key)
+            r = admin.client.post("/admin/accounts", json={"name": "acme", "credits_micros": 10_000})
+            key = admin.create_key(account_id=r.json()["id"], monthly_cap_micros=30, name="k")
+            _spend(one, key["key"], 3)  # 18 of the key's 30: past 50%
+            (event,) = receiver.wait_for(lambda: receiver.events("budget.threshold"))
+            admin.close()
+    assert (event["data"]["subject"], event["data"]["key_id"], event["data"]["threshold"]) == ("key", key["id"], 0.5)
 
 
 def _checker(sink: AlertsSink, account: str) -> Any:

@@ -251,8 +251,13 @@ class AlertsSink(Sink):
     # ---- budgets ----------------------------------------------------------------------------------------------
 
     async def _budgets_forever(self) -> None:
+        swept = time.monotonic()
         while not self._closing:
             await asyncio.sleep(self.config.budget_check_s)
+            if time.monotonic() - swept >= self.config.budget_sweep_s:
+                swept = time.monotonic()
+                with contextlib.suppress(Exception):  # what the look finds is found again by the next
+                    await self.check_budgets(None, None)
             if not (self._spent_accounts or self._spent_keys):
                 continue
             accounts, self._spent_accounts = self._spent_accounts, set()
@@ -265,14 +270,19 @@ class AlertsSink(Sink):
                 if unreachable(exc) is None:
                     log.exception("checking budgets failed")
 
-    async def check_budgets(self, accounts: set[str], keys: set[str]) -> None:
+    async def check_budgets(self, accounts: set[str] | None, keys: set[str] | None) -> None:
         """Raise the highest threshold each subject newly crossed (lower ones crossed with it are marked too,
-        so a jump from 10% to 90% is one alert, not three)."""
+        so a jump from 10% to 90% is one alert, not three). None: every capped account (or key) past the
+        lowest threshold, the sweep that finds spend no request of this replica made (another replica's,
+        a batch's, a video job's, or spend from before this replica started)."""
         assert self._env is not None and self.outbox is not None
+        if not self.thresholds:
+            return
         await self._env.accounts.ledger.key_months(())  # this replica's queued settlements first
         now = time.time()
         month = month_of(now)
-        subjects = await self._env.accounts.db.read(lambda conn: _subjects(conn, accounts, keys, month))
+        low = self.thresholds[0]
+        subjects = await self._env.accounts.db.read(lambda conn: _subjects(conn, accounts, keys, month, low))
         crossed: dict[str, tuple[_Subject, list[float]]] = {}
         for s in subjects:
             over = [x for x in self.thresholds if s.spent >= x * s.cap]
@@ -311,24 +321,35 @@ def _budget_event(s: _Subject, month: int, threshold: float) -> Event:
     return Event("budget", "budget.threshold", data, text, mark=_budget_mark(s, month, threshold))
 
 
-def _subjects(conn: Connection, accounts: set[str], keys: set[str], month: int) -> list[_Subject]:
-    """The capped ones among these accounts and keys, with this month's settled spend."""
+def _subjects(
+    conn: Connection, accounts: set[str] | None, keys: set[str] | None, month: int, low: float
+) -> list[_Subject]:
+    """The capped ones among these accounts and keys (None: all of them, read only past the lowest
+    threshold this month), with this month's settled spend."""
     out = []
-    if accounts:
+    if accounts is None or accounts:
         a = t.accounts.c
         query = select(a.id, a.name, a.monthly_cap_micros, a.spend_month, a.month_spent_micros).where(
-            a.id.in_(sorted(accounts)), a.monthly_cap_micros > 0
+            a.monthly_cap_micros > 0
         )
+        if accounts is None:
+            query = query.where(a.spend_month == month, a.month_spent_micros >= a.monthly_cap_micros * low)
+        else:
+            query = query.where(a.id.in_(sorted(accounts)))
         for r in conn.execute(query):
             spent = int(r.month_spent_micros) if r.spend_month == month else 0
             out.append(_Subject("account", r.id, r.name, r.id, int(r.monthly_cap_micros), spent))
-    if keys:
+    if keys is None or keys:
         k, ks = t.api_keys.c, t.key_spend.c
         key_query = (
             select(k.id, k.name, k.account_id, k.monthly_cap_micros, ks.spend_month, ks.month_spent_micros)
             .select_from(t.api_keys.join(t.key_spend, ks.key_id == k.id))
-            .where(k.id.in_(sorted(keys)), k.monthly_cap_micros > 0)
+            .where(k.monthly_cap_micros > 0)
         )
+        if keys is None:
+            key_query = key_query.where(ks.spend_month == month, ks.month_spent_micros >= k.monthly_cap_micros * low)
+        else:
+            key_query = key_query.where(k.id.in_(sorted(keys)))
         for row in conn.execute(key_query):
             spent = int(row.month_spent_micros) if row.spend_month == month else 0
             out.append(_Subject("key", row.id, row.name, row.account_id, int(row.monthly_cap_micros), spent))

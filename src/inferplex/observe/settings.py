@@ -110,6 +110,8 @@ class AlertsConfig(_Strict):
     tick_s: float = Field(1.0, gt=0, le=60)
     # how often the month's spend of the accounts and keys that spent since the last look is read
     budget_check_s: float = Field(5.0, gt=0, le=3600)
+    # how often every capped account and key is looked at (spend of batches, video jobs, other replicas)
+    budget_sweep_s: float = Field(300.0, gt=0)
     # a deployment whose breaker stays open (re-opened after failed probes) alerts again at most this often
     breaker_repeat_s: float = Field(900.0, gt=0)
     # delivered and abandoned deliveries (and their tries) are deleted after this long
