@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -28,7 +29,7 @@ from inferplex import __version__
 from inferplex.config import Config, ProviderConfig
 from inferplex.observe.faults import error_type
 from inferplex.observe.hub import Env, Sink
-from inferplex.observe.metrics_series import Collector, Counter, Gauge, Histogram, Labels
+from inferplex.observe.metrics_series import Collector, Counter, Gauge, Histogram, Labels, observe_row
 from inferplex.observe.settings import MetricsConfig
 from inferplex.providers.profiles import profile_for
 from inferplex.routing.health import DeploymentHealth, snapshot
@@ -70,6 +71,23 @@ def genai_provider(provider: ProviderConfig) -> str:
     return _KIND_NAMES.get(provider.kind, provider.kind)
 
 
+@dataclass(slots=True)
+class _Served:
+    """The cells a successful model request adds to, kept per (operation, requested model, deployment)."""
+
+    labels: Labels  # the GenAI labels: operation, provider, request model, response model
+    served_by: Labels  # (model, provider) of the gateway's own token and cost counters
+    key: Labels
+    seconds: list[float]
+    tokens_in: list[float] | None = None
+    tokens_out: list[float] | None = None
+    charged_in: list[float] = field(default_factory=list)
+    charged_out: list[float] = field(default_factory=list)
+    ttft: list[float] | None = None
+    tpot: list[float] | None = None
+    cost: list[float] | None = None
+
+
 class MetricsSink(Sink):
     def __init__(self, config: MetricsConfig, providers: list[ProviderConfig]) -> None:
         self.config = config
@@ -83,7 +101,10 @@ class MetricsSink(Sink):
         self._router: Any = None
         self._slots: Any = None
         self._listener: web.AppRunner | None = None
-        self._statuses: dict[int, str] = {}
+        # The hot path's cached cells: per label tuple, the numbers it adds to (metrics_series.py).
+        self._requests: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
+        self._attempts: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+        self._served: dict[tuple[Any, ...], _Served] = {}
         s = self._series = Collector()
 
         # ---- GenAI semantic conventions ----
@@ -241,59 +262,107 @@ class MetricsSink(Sink):
             kind = error_type(ctx.failure, ctx.failure.status) or ""
         else:
             kind = ""
-        code = self._statuses.get(status)
-        if code is None:
-            code = self._statuses[status] = str(status)
+        key: Labels = ()
         if self._key_labels:
-            key: Labels = ("" if kind == "policy.unauthenticated" else ctx.principal.key_id or "",)
-            self.requests.inc((ctx.route_template, method, ctx.dialect, code, kind, *key))
-        else:
-            key = ()
-            self.requests.inc((ctx.route_template, method, ctx.dialect, code, kind))
-        self.request_seconds.observe((ctx.route_template, method), seconds)
-        if ctx.operation is not None and ctx.model is not None:
-            self._model_request(ctx, seconds, kind, streaming, key)
+            key = ("" if kind == "policy.unauthenticated" else ctx.principal.key_id or "",)
+        found = (ctx.route_template, method, ctx.dialect, status, kind, *key)
+        cells = self._requests.get(found)
+        if cells is None:
+            labels = (ctx.route_template, method, ctx.dialect, str(status), kind, *key)
+            row = self.request_seconds.row((ctx.route_template, method))
+            cells = self._requests[found] = (self.requests.cell(labels), row)
+        cells[0][0] += 1
+        observe_row(LATENCY_BUCKETS, cells[1], seconds)
+        model = ctx.model
+        if ctx.operation is not None and model is not None:
+            tries = ctx.attempt_log
+            requested = tries[0].model if tries else model.name
+            if kind or ctx.target is None:
+                self._model_failed(ctx, model.name, requested, seconds, kind, key)
+            else:
+                self._model_served(ctx, requested, seconds, streaming, key)
 
-    def _model_request(self, ctx: Context, seconds: float, kind: str, streaming: bool, key: Labels) -> None:
-        assert ctx.model is not None
-        tries = ctx.attempt_log
-        requested = tries[0].model if tries else ctx.model.name
+    def _served_cells(self, ctx: Context, requested: str, key: Labels) -> _Served:
         target = ctx.target
-        provider = self._providers.get(target.provider.name, "") if target is not None else ""
-        answered = target.upstream_model if target is not None and not kind else ""
-        operation = ctx.operation or ""
-        operation = _OPERATIONS.get(operation, operation)
-        labels = (operation, provider, requested, answered)
-        self.genai_seconds.observe((*labels, kind), seconds)
-        if len(tries) > 1 and not kind:
+        assert target is not None and ctx.model is not None
+        found = (ctx.operation, requested, ctx.model.name, target.key, *key)
+        cells = self._served.get(found)
+        if cells is None:
+            operation = _OPERATIONS.get(ctx.operation or "", ctx.operation or "")
+            labels = (operation, self._providers.get(target.provider.name, ""), requested, target.upstream_model)
+            cells = self._served[found] = _Served(
+                labels, (ctx.model.name, target.provider.name), key, self.genai_seconds.row((*labels, ""))
+            )
+        return cells
+
+    def _model_served(self, ctx: Context, requested: str, seconds: float, streaming: bool, key: Labels) -> None:
+        """A model request that succeeded: its series' cells are kept per (operation, model, deployment)."""
+        cells = self._served_cells(ctx, requested, key)
+        observe_row(DURATION_BUCKETS, cells.seconds, seconds)
+        tries = ctx.attempt_log
+        if len(tries) > 1:
             first, served = tries[0], tries[-1]
             if served.model != first.model:
                 self.fallbacks.inc((requested, "model"))
             elif served.deployment != first.deployment:
                 self.fallbacks.inc((requested, "deployment"))
         usage = ctx.usage
-        if usage and target is not None:
-            served_by = (ctx.model.name, target.provider.name)
+        if usage:
             prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
             if isinstance(prompt, int):
-                self.genai_tokens.observe((*labels, "input"), prompt)
-                self.tokens.inc((*served_by, "input", *key), prompt)
+                if cells.tokens_in is None:
+                    cells.tokens_in = self.genai_tokens.row((*cells.labels, "input"))
+                    cells.charged_in = self.tokens.cell((*cells.served_by, "input", *key))
+                observe_row(TOKEN_BUCKETS, cells.tokens_in, prompt)
+                cells.charged_in[0] += prompt
             if isinstance(completion, int):
-                self.genai_tokens.observe((*labels, "output"), completion)
-                self.tokens.inc((*served_by, "output", *key), completion)
+                if cells.tokens_out is None:
+                    cells.tokens_out = self.genai_tokens.row((*cells.labels, "output"))
+                    cells.charged_out = self.tokens.cell((*cells.served_by, "output", *key))
+                observe_row(TOKEN_BUCKETS, cells.tokens_out, completion)
+                cells.charged_out[0] += completion
             timings = ctx.timings
-            if streaming and not kind and timings.first_token:
-                self.genai_ttft.observe(labels, timings.first_token - timings.start)
+            if streaming and timings.first_token:
+                if cells.ttft is None:
+                    cells.ttft = self.genai_ttft.row(cells.labels)
+                observe_row(TTFT_BUCKETS, cells.ttft, timings.first_token - timings.start)
                 if isinstance(completion, int) and completion > 1 and timings.upstream_end > timings.first_token:
-                    self.genai_tpot.observe(labels, (timings.upstream_end - timings.first_token) / (completion - 1))
+                    if cells.tpot is None:
+                        cells.tpot = self.genai_tpot.row(cells.labels)
+                    per_token = (timings.upstream_end - timings.first_token) / (completion - 1)
+                    observe_row(TPOT_BUCKETS, cells.tpot, per_token)
+        if ctx.cost_micros:
+            if cells.cost is None:
+                cells.cost = self.cost.cell((*cells.served_by, *key))
+            cells.cost[0] += ctx.cost_micros
+
+    def _model_failed(self, ctx: Context, model: str, requested: str, seconds: float, kind: str, key: Labels) -> None:
+        """A model request that failed (or was refused before routing): no response model, no TTFT."""
+        target = ctx.target
+        operation = _OPERATIONS.get(ctx.operation or "", ctx.operation or "")
+        provider = self._providers.get(target.provider.name, "") if target is not None else ""
+        labels = (operation, provider, requested, "")
+        self.genai_seconds.observe((*labels, kind), seconds)
+        usage = ctx.usage
+        if usage and target is not None:  # a stream cut after its first byte is billed for what it produced
+            for token_type, count in (
+                ("input", usage.get("prompt_tokens")),
+                ("output", usage.get("completion_tokens")),
+            ):
+                if isinstance(count, int):
+                    self.genai_tokens.observe((*labels, token_type), count)
+                    self.tokens.inc((model, target.provider.name, token_type, *key), count)
         if ctx.cost_micros and target is not None:
-            self.cost.inc((ctx.model.name, target.provider.name, *key), ctx.cost_micros)
+            self.cost.inc((model, target.provider.name, *key), ctx.cost_micros)
 
     def attempt_finished(self, ctx: Context, record: Attempt) -> None:
-        outcome = record.outcome
-        self.attempts.inc((record.deployment, outcome))
-        if record.latency_ms > 0 and outcome in ("ok", "error"):
-            self.upstream_seconds.observe((record.deployment, outcome), record.latency_ms / 1000)
+        found = (record.deployment, record.outcome)
+        cells = self._attempts.get(found)
+        if cells is None:
+            cells = self._attempts[found] = (self.attempts.cell(found), self.upstream_seconds.row(found))
+        cells[0][0] += 1
+        if record.latency_ms > 0 and record.outcome in ("ok", "error"):
+            observe_row(LATENCY_BUCKETS, cells[1], record.latency_ms / 1000)
 
     def breaker(self, deployment: str, opened: bool) -> None:
         (self.breaker_opens if opened else self.breaker_closes).inc((deployment,))

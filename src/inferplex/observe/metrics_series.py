@@ -25,16 +25,22 @@ class Counter:
 
     def __init__(self, name: str, doc: str, labels: Sequence[str]) -> None:
         self.name, self.doc, self.labels = name, doc, list(labels)
-        self.values: dict[Labels, float] = {}
+        self.values: dict[Labels, list[float]] = {}
+
+    def cell(self, key: Labels) -> list[float]:
+        """The series' one-number cell, for a hot path that keeps it (`cell[0] += n`)."""
+        found = self.values.get(key)
+        if found is None:
+            found = self.values[key] = [0.0]
+        return found
 
     def inc(self, key: Labels, amount: float = 1.0) -> None:
-        values = self.values
-        values[key] = values.get(key, 0.0) + amount
+        self.cell(key)[0] += amount
 
     def family(self) -> Metric:
         out = CounterMetricFamily(self.name, self.doc, labels=self.labels)
         for key, value in self.values.items():
-            out.add_metric(key, value)
+            out.add_metric(key, value[0])
         return out
 
 
@@ -49,12 +55,15 @@ class Histogram:
         self.les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
         self.values: dict[Labels, list[float]] = {}
 
+    def row(self, key: Labels) -> list[float]:
+        """The series' counts, for a hot path that keeps them (`observe_row`)."""
+        found = self.values.get(key)
+        if found is None:
+            found = self.values[key] = [0.0] * (len(self.bounds) + 2)
+        return found
+
     def observe(self, key: Labels, value: float) -> None:
-        row = self.values.get(key)
-        if row is None:
-            row = self.values[key] = [0.0] * (len(self.bounds) + 2)
-        row[bisect_left(self.bounds, value)] += 1  # the first bucket whose bound is >= value (le)
-        row[-1] += value
+        observe_row(self.bounds, self.row(key), value)
 
     def family(self) -> Metric:
         out = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
@@ -65,6 +74,11 @@ class Histogram:
                 buckets.append((le, total))
             out.add_metric(list(key), buckets, row[-1])
         return out
+
+
+def observe_row(bounds: tuple[float, ...], row: list[float], value: float) -> None:
+    row[bisect_left(bounds, value)] += 1  # the first bucket whose bound is >= value (le); past them all: +Inf
+    row[-1] += value
 
 
 class Gauge:
