@@ -256,10 +256,11 @@ def test_a_breaker_opening_and_an_error_spike_are_each_delivered_once(
 
 
 def test_a_receiver_failing_twice_gets_three_tries_of_one_message(
-    tmp_path: Path, fake_openai: FakeOpenAI, receiver: WebhookReceiver
+    tmp_path: Path, fake_openai: FakeOpenAI, receiver: WebhookReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     receiver.fail_first = 2
-    config = _failing_config(fake_openai, tmp_path, _hook(receiver, events=["breaker"]))
+    monkeypatch.setenv("IPX_TEST_WEBHOOK_URL", receiver.url)  # a URL that is a secret (Slack's) is referenced
+    config = _failing_config(fake_openai, tmp_path, _hook(receiver, events=["breaker"], url="env:IPX_TEST_WEBHOOK_URL"))
     with GatewayServer(config) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key=server.master_key, max_retries=0)
         for _ in range(2):
@@ -271,8 +272,9 @@ def test_a_receiver_failing_twice_gets_three_tries_of_one_message(
     assert len({d.id for d in tries}) == 1 and tries[0].id == event["id"]
     assert all(d.verified and d.raw == tries[0].raw for d in tries)  # each try signs the same bytes
     db = tmp_path / "inferplex.db"
-    (delivery,) = _rows(db, "SELECT id, status, attempts, last_status FROM alert_deliveries")
-    assert delivery[1:] == ("delivered", 3, 204)
+    (delivery,) = _rows(db, "SELECT id, status, attempts, last_status, hook, body FROM alert_deliveries")
+    assert delivery[1:5] == ("delivered", 3, 204, "ops")  # the hook by name: its URL is never written down
+    assert delivery[5].encode() == tries[0].raw and str(receiver.port) not in repr(delivery)
     attempts = _rows(db, f"SELECT attempt, status, error FROM alert_attempts WHERE delivery_id = '{delivery[0]}' "
                          "ORDER BY attempt")  # fmt: skip
     assert attempts == [(1, 500, "HTTP 500"), (2, 500, "HTTP 500"), (3, 204, None)]
@@ -292,3 +294,9 @@ def test_a_delivery_given_up_after_max_attempts(tmp_path: Path, fake_openai: Fak
         receiver.wait_for(lambda: _rows(db, "SELECT 1 FROM alert_deliveries WHERE status = 'failed'"))
     assert [d.status for d in receiver.deliveries] == [500, 500, 500]
     assert _rows(db, "SELECT attempts, next_attempt_at FROM alert_deliveries") == [(3, None)]
+
+
+def test_a_webhook_whose_reference_is_not_set_stops_the_start(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    config = billing_config(fake_openai, tmp_path, alerts=_alerts({"url": "env:IPX_TEST_UNSET_WEBHOOK_URL"}))
+    with pytest.raises(ValueError, match="IPX_TEST_UNSET_WEBHOOK_URL is not set"):
+        GatewayServer(config)
