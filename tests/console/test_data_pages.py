@@ -295,6 +295,9 @@ def test_the_log_lists_each_request_newest_first_with_filters(traffic: Traffic, 
     assert listed("tag=logged") == {traffic.logged_id}
     assert listed(f"key={traffic.key_id}&status=2xx") == set(traffic.echo_ids) | {traffic.flaky_id}
     assert listed("deployment=flaky-good") == {traffic.flaky_id}
+    assert listed("deployment=fake/gpt-echo") == set(traffic.echo_ids)  # the key, as /ui/providers names it
+    shown = {r.attrs["data-request-id"]: text(r) for r in html.find("request-row")}
+    assert "fake/gpt-echo" in shown[traffic.echo_ids[0]] and "flaky-good" in shown[traffic.flaky_id]
     assert listed(f"min_cost={traffic.flaky_cost / 1e6:.6f}&model=flaky") == {traffic.flaky_id}
     assert listed(f"max_cost={(traffic.flaky_cost - 1) / 1e6:.6f}&model=flaky") == set()
     assert listed("min_ms=600000") == set()
@@ -331,6 +334,7 @@ def test_a_requests_detail_shows_its_attempts_timings_and_cost(traffic: Traffic,
     assert text(detail.one("detail-model")) == "flaky"
     assert detail.one("detail-cost").attrs["data-micros"] == str(traffic.flaky_cost)
     assert text(detail.one("detail-key")) == traffic.key_id
+    assert text(detail.one("detail-deployment")) == "flaky-good"
     attempts = html.find("attempt-row")
     assert [a.attrs["data-outcome"] for a in attempts] == ["error", "ok"]
     assert "flaky-bad" in text(attempts[0]) and "500" in text(attempts[0])

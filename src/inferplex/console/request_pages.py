@@ -59,18 +59,49 @@ def _error_type(params: Mapping[str, str]) -> str | None:
     raise BadQuery("error_type", "`error_type` must be a fault (caller, policy, provider, gateway) or an error type.")
 
 
-def filters(params: Mapping[str, str], now: float) -> RequestFilter:
+class Deployments:
+    """Deployment names as the pages show them, and as the usage table keeps them.
+
+    The providers page, a request's attempts and the metrics name a deployment by its key (`Target.key`: its
+    `id`, else `provider/model[@region]`); the usage row keeps its `id`, else its upstream model, beside the
+    provider. This translates both ways, so the log shows and filters by the same name as everywhere else."""
+
+    def __init__(self, catalog: Any) -> None:
+        self.by_key: dict[str, tuple[str, str]] = {}
+        self.by_row: dict[tuple[str, str], str] = {}
+        for model in catalog.models:
+            for target in catalog.targets(model):
+                stored = (target.provider.name, target.deployment.id or target.upstream_model)
+                self.by_key.setdefault(target.key, stored)
+                self.by_row.setdefault(stored, target.key)
+
+    def shown(self, provider: str | None, stored: str | None) -> str:
+        if stored is None:
+            return ""
+        return self.by_row.get((provider or "", stored), stored)
+
+
+def _deployments(request: Request) -> Deployments:
+    return Deployments(request.app.state.services.pipeline.catalog)
+
+
+def filters(params: Mapping[str, str], now: float, deployments: Deployments | None = None) -> RequestFilter:
     """The filter a query string asks for; `BadQuery` naming the first bad parameter. Without `from`, `to`
-    or `range`, any time."""
+    or `range`, any time. A deployment may be named by its key (as the providers page shows it) or as the
+    usage row keeps it."""
     since = until = None
     if any(params.get(k, "").strip() for k in ("from", "to", "range")):
         picked = query.time_range(params, now, query.choice(params, "range", RANGES, "") or "24h")
         since, until = picked.since, picked.until
     min_ms, max_ms = query.number(params, "min_ms"), query.number(params, "max_ms")
+    named = {field: query.text(params, name) for field, name in TEXT_FILTERS}
+    key = named["deployment"]
+    if deployments is not None and key is not None and key in deployments.by_key:
+        named["provider"], named["deployment"] = deployments.by_key[key]
     return RequestFilter(
         since=since,
         until=until,
-        **{field: query.text(params, name) for field, name in TEXT_FILTERS},
+        **named,
         status=_status(params),
         error_type=_error_type(params),
         min_cost_micros=query.usd_micros(params, "min_cost"),
@@ -93,14 +124,14 @@ def status_class(status: int) -> str:
     return f"s{status // 100}xx" if 200 <= status < 600 else ""
 
 
-def row_view(row: dict[str, Any]) -> dict[str, Any]:
+def row_view(row: dict[str, Any], deployments: Deployments) -> dict[str, Any]:
     """A log row as the table shows it."""
     return {
         "request_id": row["request_id"],
         "when": query.utc(row["created_at"]),
         "short_when": query.short(row["created_at"]),
         "model": row["model"] or "",
-        "deployment": row["deployment"] or "",
+        "deployment": deployments.shown(row.get("provider"), row.get("deployment")),
         "key_id": row["key_id"] or "",
         "status": row["status"],
         "status_class": status_class(row["status"]),
@@ -143,7 +174,8 @@ async def requests_page(request: Request) -> Response:
         "more_fragment": None,
     }
     try:
-        where = filters(params, time.time())
+        deployments = _deployments(request)
+        where = filters(params, time.time(), deployments)
         found = await read_page(request.app.state.accounts, where, _before(params))
     except BadQuery as bad:
         if fragment:
@@ -153,7 +185,7 @@ async def requests_page(request: Request) -> Response:
         kept = {k: v for k, v in form.items() if v}
         context["more_href"] = "/ui/requests?" + urlencode(kept | {"before": found.before})
         context["more_fragment"] = "/ui/requests?" + urlencode(kept | {"before": found.before, "fragment": "rows"})
-    context["rows"] = [row_view(r) for r in found.rows]
+    context["rows"] = [row_view(r, deployments) for r in found.rows]
     context["paged"] = bool(params.get("before"))
     return render.page(request, "request_rows.html" if fragment else "requests.html", context)
 
@@ -204,7 +236,7 @@ async def request_page(request: Request) -> Response:
         for e in found["ledger"]
     ]
     context = {
-        "r": row_view(found),
+        "r": row_view(found, _deployments(request)),
         "row": found,
         "timings": [
             (name, query.ms(found.get(key)))
