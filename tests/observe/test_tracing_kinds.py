@@ -130,9 +130,13 @@ def attempt_parent(fake: Any, trace_id: str) -> str:
 
 
 def attempt_span(collector: Collector, trace_id: str, span_id: str) -> Span:
-    spans = collector.wait_for(lambda spans: any(s.span_id == span_id for s in spans))
+    def arrived(spans: list[Span]) -> bool:  # the attempt's span and its request's (batches may part them)
+        mine = [s for s in spans if s.trace_id == trace_id]
+        return any(s.span_id == span_id for s in mine) and any(s.kind == "server" for s in mine)
+
+    spans = collector.wait_for(arrived)
     span = next(s for s in spans if s.span_id == span_id)
-    server = next(s for s in collector.trace(trace_id) if s.kind == "server")
+    server = next(s for s in spans if s.trace_id == trace_id and s.kind == "server")
     assert span.kind == "client" and span.trace_id == trace_id and span.parent_id == server.span_id
     return span
 
