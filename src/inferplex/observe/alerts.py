@@ -112,6 +112,9 @@ class AlertsSink(Sink):
     def __init__(self, config: AlertsConfig) -> None:
         self.config = config
         self.hooks = [Hook.of(h) for h in config.webhooks]
+        names = [h.name for h in self.hooks]
+        if len(set(names)) != len(names):  # a waiting delivery finds its hook by name: it must be one hook's
+            raise ValueError(f"alerts.webhooks: two hooks share a name (or an unnamed hook's URL): {sorted(names)}")
         self.window = ErrorWindow(config.error_rate.window_s)
         self.thresholds = sorted(set(config.budget_thresholds))
         self.replica = socket.gethostname()
