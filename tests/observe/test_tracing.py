@@ -320,3 +320,21 @@ def test_with_tracing_off_nothing_is_exported_and_nothing_goes_upstream(fake: Fa
     assert upstream_traceparents(fake, before) == [None]
     assert header(fake.state.requests[-1].headers, "tracestate") is None
     assert request_span(collector.spans, request_id) is None
+
+
+def test_a_request_the_sampler_leaves_out_records_nothing_and_still_joins_upstream(
+    fake: FakeOpenAI, collector: Collector
+) -> None:
+    before = len(fake.state.requests)
+    with GatewayServer(traced_config(fake, collector, sample_ratio=0)) as gw:
+        left_out = client(gw).chat.completions.with_raw_response.create(model="echo-model", messages=MSG)
+        trace_id, _, headers = caller_context()  # a caller that samples is followed all the same
+        followed = client(gw).chat.completions.with_raw_response.create(
+            model="echo-model", messages=MSG, extra_headers=headers
+        )
+    # the gateway has stopped, so its batch has been sent
+    unsampled, sampled = upstream_traceparents(fake, before)
+    assert unsampled is not None and unsampled.endswith("-00")
+    assert sampled is not None and sampled.startswith(f"00-{trace_id}-") and sampled.endswith("-01")
+    assert request_span(collector.spans, left_out.headers["x-inferplex-request-id"]) is None
+    assert request_span(collector.spans, followed.headers["x-inferplex-request-id"]) is not None
