@@ -338,3 +338,17 @@ def test_a_request_the_sampler_leaves_out_records_nothing_and_still_joins_upstre
     assert sampled is not None and sampled.startswith(f"00-{trace_id}-") and sampled.endswith("-01")
     assert request_span(collector.spans, left_out.headers["x-inferplex-request-id"]) is None
     assert request_span(collector.spans, followed.headers["x-inferplex-request-id"]) is not None
+
+
+def test_a_caller_who_hangs_up_mid_stream_ends_the_trace_as_disconnected(
+    gateway: GatewayServer, collector: Collector
+) -> None:
+    body = {"model": "slow-stream", "messages": MSG, "stream": True}
+    with httpx.stream("POST", gateway.base_url + "/chat/completions", headers=gateway.auth, json=body) as resp:
+        request_id = resp.headers["x-inferplex-request-id"]
+        next(resp.iter_lines())  # the first chunk, then the caller leaves
+    root, (attempt,), _ = tree(collector, request_id, stages={"auth", "limits", "routing"})
+    assert root.attributes["http.response.status_code"] == 499
+    assert root.attributes["error.type"] == "caller.disconnected" and root.status == "unset"
+    assert attempt.attributes["inferplex.attempt.outcome"] == "ok"  # it answered; the caller left after
+    assert attempt.end_ns <= root.end_ns
