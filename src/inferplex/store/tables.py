@@ -154,6 +154,7 @@ def _rollup(name: str) -> Table:
         Column("cost_micros", BigInteger, nullable=False),
         Column("latency_ms_sum", Float, nullable=False),  # total_ms, over the rows that have one
         *(Column(c, BigInteger, nullable=False) for c in LATENCY_COLUMNS),
+        sqlite_with_rowid=False,
     )
 
 

@@ -135,6 +135,7 @@ def upgrade() -> None:
             *(sa.Column(c, sa.BigInteger, nullable=False) for c in _SUMS),
             sa.Column("latency_ms_sum", sa.Float, nullable=False),
             *(sa.Column(c, sa.BigInteger, nullable=False) for c in _LAT),
+            sqlite_with_rowid=False,  # the primary key is the table: one B-tree for the trigger's upsert
         )
     sqlite = op.get_bind().dialect.name == "sqlite"
     bucket = _SQLITE_BUCKET if sqlite else _PG_BUCKET
