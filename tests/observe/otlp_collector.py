@@ -88,7 +88,7 @@ class Collector:
     def __init__(self) -> None:
         self.spans: list[Span] = []
         self.posts = 0
-        self.content_types: list[str] = []
+        self.headers: list[dict[str, str]] = []  # each export's HTTP headers, names lowercased
         self._lock = threading.Lock()
         collector = self
 
@@ -104,7 +104,7 @@ class Collector:
                 spans = decode(raw)
                 with collector._lock:
                     collector.posts += 1
-                    collector.content_types.append(self.headers.get("Content-Type", ""))
+                    collector.headers.append({k.lower(): v for k, v in self.headers.items()})
                     collector.spans.extend(spans)
                 out = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)

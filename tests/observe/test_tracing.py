@@ -72,8 +72,14 @@ def gateway(fake: FakeOpenAI, collector: Collector) -> Iterator[GatewayServer]:
 
 @pytest.fixture(scope="module")
 def capturing(fake: FakeOpenAI, collector: Collector) -> Iterator[GatewayServer]:
-    with GatewayServer(traced_config(fake, collector, capture_content=True, service_name="ipx-capture")) as gw:
+    """Content capture on, its own service name, and a collector header given by reference."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("IPX_TEST_COLLECTOR_TOKEN", "t0ken")
+    headers = {"x-collector-token": "env:IPX_TEST_COLLECTOR_TOKEN", "x-tenant": "ipx"}
+    config = traced_config(fake, collector, capture_content=True, service_name="ipx-capture", headers=headers)
+    with GatewayServer(config) as gw:
         yield gw
+    mp.undo()
 
 
 def client(gw: GatewayServer, key: str | None = None) -> openai.OpenAI:
@@ -286,6 +292,9 @@ def test_content_is_captured_only_when_turned_on(
     text = raw.parse().choices[0].message.content
     root, (attempt,), _ = tree(collector, raw.headers["x-inferplex-request-id"])
     assert root.resource["service.name"] == "ipx-capture"
+    sent_with = [h for h in collector.headers if h.get("x-tenant") == "ipx"]
+    assert sent_with and all(h["x-collector-token"] == "t0ken" for h in sent_with)
+    assert all(h["content-type"] == "application/x-protobuf" for h in collector.headers)
     sent = [{"role": "user", "parts": [{"type": "text", "content": "hello tracing world"}]}]
     assert json.loads(root.attributes["gen_ai.input.messages"]) == sent
     assert json.loads(attempt.attributes["gen_ai.input.messages"]) == sent

@@ -76,14 +76,18 @@ def _reference(value: str) -> str:
             raise ValueError(f"observability.tracing.headers: environment variable {value[4:]} is not set")
         return found
     if value.startswith("file:"):
-        with open(os.path.expanduser(value[5:])) as f:
-            return f.read().strip()
+        path = os.path.expanduser(value[5:])
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise ValueError(f"observability.tracing.headers: cannot read {path}: {exc.strerror}") from None
     return value
 
 
 class _Span:
-    """A span being recorded: its ids from the start (children and the upstream need them), the rest at its
-    end. Only a sampled request's spans are recorded."""
+    """A span: its ids from the start (children and the upstream need them), the rest at its end, when a
+    sampled request's span is handed to the exporter (an unsampled one only lends its ids to the upstream)."""
 
     __slots__ = ("attributes", "context", "kind", "name", "parent", "start", "status")
 
