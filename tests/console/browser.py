@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, Response
 
 # headless in a container: no sandbox (no user namespaces), no GPU, and nothing fetched from Google
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
@@ -40,6 +40,8 @@ class Console:
     base: str
     urls: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # scripts, styles, images and fonts the browser could not load
+    broken: list[str] = field(default_factory=list)
 
     @classmethod
     def open(cls, browser: Browser, base: str, viewport: tuple[int, int] = WIDE) -> Console:
@@ -50,7 +52,13 @@ class Console:
         context.on("request", lambda request: console.urls.append(request.url))
         page.on("framenavigated", lambda frame: console.urls.append(frame.url))
         page.on("pageerror", lambda error: console.errors.append(str(error)))
+        context.on("response", console._note_broken)
+        context.on("requestfailed", lambda request: console.broken.append(f"{request.url}: {request.failure}"))
         return console
+
+    def _note_broken(self, response: Response) -> None:
+        if response.status >= 400 and response.request.resource_type in ("script", "stylesheet", "image", "font"):
+            self.broken.append(f"{response.url}: {response.status}")
 
     def close(self) -> None:
         self.context.close()

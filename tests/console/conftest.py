@@ -4,6 +4,7 @@ OpenAI upstream and the console on. The httpx-level console tests in this folder
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -59,6 +60,18 @@ def browser(chromium: Path) -> Iterator[Browser]:
         browser.close()
 
 
+class ServerErrors(logging.Handler):
+    """The tracebacks uvicorn logs when the app raises (an exception no page handled): a browser test
+    fails on them, though the browser only saw a 500 or a dropped connection."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append(self.format(record))
+
+
 @pytest.fixture(scope="module")
 def console_gateway(fake_openai: FakeOpenAI) -> Iterator[GatewayServer]:
     """A gateway of the module's own (its own SQLite store: the usage and request pages see only its
@@ -67,3 +80,15 @@ def console_gateway(fake_openai: FakeOpenAI) -> Iterator[GatewayServer]:
     config["console"] = {"enabled": True}
     with GatewayServer(config) as server:
         yield server
+
+
+@pytest.fixture
+def server_errors() -> Iterator[ServerErrors]:
+    """What the gateway's server logged as errors during the test."""
+    handler = ServerErrors()
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)

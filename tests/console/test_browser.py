@@ -14,16 +14,21 @@ import pytest
 from playwright.sync_api import Browser, Locator
 
 from tests.console.browser import PHONE, Console, tid
+from tests.console.conftest import ServerErrors
 from tests.gateway_server import GatewayServer
 
 NAV = ("keys", "accounts", "usage", "requests", "providers", "models")
 
 
 @pytest.fixture
-def console(browser: Browser, console_gateway: GatewayServer) -> Iterator[Console]:
+def console(browser: Browser, console_gateway: GatewayServer, server_errors: ServerErrors) -> Iterator[Console]:
     tab = Console.open(browser, console_gateway.url)
     yield tab
     tab.close()
+    # every page the test saw ran its scripts without an error and loaded all its assets, and the gateway
+    # raised nothing while serving them
+    assert tab.errors == [] and tab.broken == []
+    assert server_errors.seen == []
 
 
 @pytest.fixture
@@ -37,11 +42,20 @@ def client(gateway: GatewayServer, key: str) -> openai.OpenAI:
 
 
 def chat(gateway: GatewayServer, key: str, text: str = "hello console") -> str:
-    """One chat completion with `key`: the request id the gateway answered with."""
+    """One chat completion of echo-model with `key`: the request id the gateway answered with."""
     raw = client(gateway, key).chat.completions.with_raw_response.create(
         model="echo-model", messages=[{"role": "user", "content": text}]
     )
     assert raw.parse().choices[0].message.content == f"echo: {text}"
+    return raw.headers["x-inferplex-request-id"]
+
+
+def chat_with(gateway: GatewayServer, model: str, text: str) -> str:
+    """One chat completion of `model` with the master key: its request id."""
+    raw = client(gateway, gateway.master_key).chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": text}]
+    )
+    raw.parse()
     return raw.headers["x-inferplex-request-id"]
 
 
@@ -304,3 +318,35 @@ def test_every_page_renders_at_desktop_and_phone_size(signed_in: Console, consol
     overflows["login"] = console.shoot("login")
     assert console.errors == []
     assert {name: px for name, px in overflows.items() if px > 0} == {}
+
+
+def test_older_requests_load_into_the_same_page(signed_in: Console, console_gateway: GatewayServer) -> None:
+    """The request log shows 50 rows; "Older requests" (htmx, in place) brings the rest."""
+    ids = [chat_with(console_gateway, "text-only", f"page {i}") for i in range(51)]
+    page = signed_in.page
+    signed_in.goto("/ui/requests?model=text-only")
+    # usage rows are written in order, in batches: once the newest is there, so are the 50 before it
+    until_present(signed_in, f'{tid("request-row")}[data-request-id="{ids[-1]}"]')
+    rows = page.locator(tid("request-row"))
+    assert rows.count() == 50
+    page.click(tid("request-more"))
+    page.locator(f'{tid("request-row")}[data-request-id="{ids[0]}"]').wait_for()
+    shown = [rows.nth(i).get_attribute("data-request-id") for i in range(rows.count())]
+    assert shown == ids[::-1]
+    assert page.locator(tid("request-more")).count() == 0
+    assert signed_in.path() == "/ui/requests?model=text-only"
+
+
+def test_a_failing_deployment_shows_its_open_breaker(signed_in: Console, console_gateway: GatewayServer) -> None:
+    """Three upstream 500s open error-500's breaker (cooldown.failures): the providers page shows it open and
+    lists the failed attempts; the other deployments stay closed."""
+    with pytest.raises(openai.InternalServerError):
+        chat_with(console_gateway, "error-500", "fail")
+    page = signed_in.page
+    signed_in.goto("/ui/providers")
+    row = page.locator(f'{tid("deployment-row")}[data-deployment="fake/error-500"]')
+    assert row.locator(tid("breaker-state")).get_attribute("data-state") == "open"
+    echo = page.locator(f'{tid("deployment-row")}[data-deployment="fake/gpt-echo"]').first
+    assert echo.locator(tid("breaker-state")).get_attribute("data-state") == "closed"
+    until_present(signed_in, f'{tid("recent-error-row")}[data-deployment="fake/error-500"]')
+    signed_in.shoot("providers-breaker-open")
