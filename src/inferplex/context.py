@@ -13,12 +13,12 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import quote
 
 from inferplex.auth import MASTER, Principal
 from inferplex.config import ModelConfig
 from inferplex.errors import GatewayError
-from inferplex.observe.hub import NULL_HUB, Hub
 from inferplex.providers.base import CallInfo
 from inferplex.responses import ChatCompletionChunk, Usage
 from inferplex.routing.options import RouteOptions
@@ -45,6 +45,43 @@ class Attempt:
     status: int | None = None
     error: str | None = None
     latency_ms: float = 0.0
+
+
+class Hooks(Protocol):
+    """What the request path reports to while it runs: `observe.hub.Hub` (declared here, not imported, so the
+    hub may name the context in its hooks without the context depending on the hub)."""
+
+    def attempt_started(self, ctx: Context, record: Attempt) -> None: ...
+
+    def attempt_finished(self, ctx: Context, record: Attempt) -> None: ...
+
+    def breaker(self, deployment: str, opened: bool) -> None: ...
+
+    def responded(self, ctx: Context, status: int, streaming: bool) -> None: ...
+
+    def finished(self, ctx: Context, method: str, status: int, streaming: bool) -> None: ...
+
+
+class _Silent:
+    """The hooks of work outside a request (a batch line, a background response): nobody listens."""
+
+    def attempt_started(self, ctx: Context, record: Attempt) -> None:
+        pass
+
+    def attempt_finished(self, ctx: Context, record: Attempt) -> None:
+        pass
+
+    def breaker(self, deployment: str, opened: bool) -> None:
+        pass
+
+    def responded(self, ctx: Context, status: int, streaming: bool) -> None:
+        pass
+
+    def finished(self, ctx: Context, method: str, status: int, streaming: bool) -> None:
+        pass
+
+
+SILENT: Hooks = _Silent()
 
 
 @dataclass(slots=True)
@@ -86,7 +123,7 @@ class Context:
 
     # ---- what operators see (observe/, issue 24) ----
     # The hub the request reports to (the edge sets the app's; work outside a request keeps the silent one).
-    hub: Hub = NULL_HUB
+    hub: Hooks = SILENT
     # The route the request came in on, as declared ("/v1/chat/completions", "/v1/videos/{video_id}"): a
     # bounded label, never the path itself.
     route_template: str = ""

@@ -26,7 +26,7 @@ from inferplex.errors import (
 )
 from inferplex.json_limits import DEFAULT_LIMITS, JsonLimits
 from inferplex.json_limits import check as check_json
-from inferplex.observe.hub import NULL_HUB
+from inferplex.observe.hub import NULL_HUB, Hub
 from inferplex.store.backend import unreachable
 
 log = logging.getLogger("inferplex")
@@ -141,7 +141,8 @@ def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, d
 
     async def run(request: Request) -> Response:
         ctx = Context(dialect=dialect)
-        hub = ctx.hub = getattr(request.app.state, "hub", NULL_HUB)
+        hub: Hub = getattr(request.app.state, "hub", NULL_HUB)
+        ctx.hub = hub
         if hub.active:
             ctx.route_template = TEMPLATES.get(run, "other")
             ctx.trace = request.headers  # the caller's trace context, for a tracing sink to read (it replaces it)

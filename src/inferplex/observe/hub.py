@@ -17,10 +17,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from inferplex.context import Attempt, Context
+from inferplex.context import Attempt, Context
 
 log = logging.getLogger("inferplex.observe")
 
