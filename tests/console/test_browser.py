@@ -60,10 +60,14 @@ def chat_with(gateway: GatewayServer, model: str, text: str) -> str:
 
 
 def create_key(
-    console: Console, name: str, scopes: tuple[str, ...] = ("chat",), credits_micros: int | None = None
+    console: Console,
+    name: str,
+    scopes: tuple[str, ...] = ("chat",),
+    credits_micros: int | None = None,
+    shoot: str | None = None,
 ) -> tuple[str, str]:
     """Make a key in the keys page with exactly `scopes` (and its new account funded with `credits_micros`):
-    its id and the secret the page shows once."""
+    its id and the secret the page shows once (screenshots of that page named `shoot`)."""
     page = console.page
     page.click(tid("nav-keys"))
     page.wait_for_url("**/ui/keys*")
@@ -78,6 +82,8 @@ def create_key(
     form.locator(tid("key-create-submit")).click()
     secret = page.locator(tid("new-secret")).inner_text().strip()
     assert secret.startswith("ipx-"), secret
+    if shoot:
+        assert console.shoot(shoot) == 0, "the page showing the secret is wider than a phone"
     row = key_row(console, name)
     key_id = row.get_attribute("data-key-id")
     assert key_id
@@ -125,7 +131,7 @@ def test_a_wrong_key_is_not_let_in(console: Console) -> None:
 
 def test_a_key_made_in_the_console_works_until_revoked(signed_in: Console, console_gateway: GatewayServer) -> None:
     console, page = signed_in, signed_in.page
-    key_id, secret = create_key(console, "browser-flow")
+    key_id, secret = create_key(console, "browser-flow", shoot="key-secret")
     console.shoot("keys-after-create")
 
     # a new key's own account starts empty: the gateway refuses it until the account is funded
@@ -214,6 +220,7 @@ def test_rotating_in_the_console_swaps_the_secret(signed_in: Console, console_ga
     page.click(tid("key-rotate"))
     new = page.locator(tid("new-secret")).inner_text().strip()
     assert new.startswith("ipx-") and new != old
+    assert signed_in.shoot("key-rotated") == 0
     with pytest.raises(openai.AuthenticationError):
         chat(console_gateway, old)
     chat(console_gateway, new)
