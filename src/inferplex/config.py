@@ -28,8 +28,9 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _resolve_secret(value: str) -> str:
-    """Turn `env:NAME` / `file:PATH` into the secret itself; anything else is an inlined secret: refused."""
+def resolve_secret(value: str) -> str:
+    """Turn `env:NAME` / `file:PATH` into the secret itself; anything else is an inlined secret: refused.
+    Public: a section that must resolve its references later than load time (observe/alerts_outbox.py) uses it."""
     if value.startswith("env:"):
         name = value[4:]
         resolved = os.environ.get(name)
@@ -50,7 +51,7 @@ def _secret(value: Any) -> Any:
         return value
     if not isinstance(value, str):
         raise ValueError("must be a string reference such as env:VARIABLE")
-    return _resolve_secret(value)
+    return resolve_secret(value)
 
 
 # A secret field: resolved from its reference at load time, shown as '**********' in any repr or dump.

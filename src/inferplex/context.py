@@ -134,6 +134,8 @@ class Context:
     # (stage, start, end) in perf_counter seconds, for traces: None unless a sink asked for them (tracing
     # sets a list in `started`), so the request path pays one `is None` test per stage otherwise.
     stages: list[tuple[str, float, float]] | None = None
+    # The request as the pipeline received it (a `GatewayRequest`), for a request log that keeps bodies.
+    request: object = None
     # A tracing sink's per-request state (its span), opaque to everything else.
     trace: object = None
 

@@ -352,6 +352,7 @@ class Pipeline:
         invoke = family.invoke
         if invoke is None:
             raise TypeError(f"the {family.name} family has no single call to route")
+        ctx.request = request
         resolved = self.resolve(ctx, request.body.model, request.options.provider_name, family)
         started = time.perf_counter()
         admission = await self.guard.admit(ctx, family, resolved.model, request)
@@ -388,7 +389,7 @@ class Pipeline:
     async def _prepare(
         self, ctx: Context, request: GatewayRequest[ChatRequest]
     ) -> tuple[GatewayRequest[ChatRequest], ProcessorRun | None, Resolved, Admission]:
-        ctx.operation = CHAT.name
+        ctx.operation, ctx.request = CHAT.name, request
         run = self._processors(ctx, request) if self._processors else None
         if run is not None:
             started = time.perf_counter()

@@ -138,7 +138,7 @@ def test_one_line_per_request_with_what_the_caller_saw(funded: tuple[GatewayServ
     text = path.read_text()
     for secret in (key["key"], server.master_key, "ipx-not-a-key", "Bearer", "authorization"):
         assert secret not in text
-    assert "response_body" not in text and "hello there" not in text
+    assert "response_body" not in text and "request_body" not in text and "hello there" not in text
 
 
 def test_bodies_only_when_turned_on(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
@@ -149,6 +149,8 @@ def test_bodies_only_when_turned_on(tmp_path: Path, fake_openai: FakeOpenAI) -> 
         rows = _lines(path, 1)
     assert len(rows) == 1
     assert rows[0]["response_body"]["choices"][0]["message"]["content"] == answer.choices[0].message.content
+    assert rows[0]["request_body"]["messages"] == [{"role": "user", "content": "ping"}]
+    assert rows[0]["request_body"]["model"] == "echo-model"
     assert rows[0]["key_id"] == "master" and server.master_key not in path.read_text()
 
 

@@ -3,8 +3,8 @@
 A line says who asked (key and account ids, client address: never a key or an Authorization header), what
 for (route template, method, dialect, operation, model), who answered (provider, deployment, every attempt),
 how it went (status, the closed fault-prefixed error type, the error's code and message), how long each
-part took, the tokens and the cost. Bodies only with `request_log.bodies` (the response body: the buffered
-answer, or a stream's chunks when the usage log kept them).
+part took, the tokens and the cost. Bodies only with `request_log.bodies` (the request as parsed, and the
+response: the buffered answer, or a stream's chunks when the usage log kept them).
 
 The request path pays for building the dict and one `orjson.dumps`; nothing on it writes. Lines wait in a
 list for at most `flush_s` (or 64 KiB), then go as one chunk to a writer thread, which does the blocking
@@ -90,8 +90,17 @@ def line(ctx: Context, method: str, status: int, streaming: bool, bodies: bool) 
         "client_ip": ctx.client_ip,
     }
     if bodies:
+        record["request_body"] = _request_body(ctx)
         record["response_body"] = _response_body(ctx)
     return record
+
+
+def _request_body(ctx: Context) -> Any:
+    """The body as the gateway parsed it (what the usage log keeps with `log_query_body`); the caller's
+    headers, and so their key, are never part of it."""
+    body = getattr(ctx.request, "body", None)
+    dump = getattr(body, "model_dump", None)
+    return dump(mode="json", exclude_none=True) if dump is not None else None
 
 
 def _attempt(a: Attempt) -> dict[str, Any]:

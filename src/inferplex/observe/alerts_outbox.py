@@ -36,7 +36,7 @@ from sqlalchemy import Column, Float, Index, Integer, MetaData, String, Table, T
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from inferplex.config import _resolve_secret
+from inferplex.config import resolve_secret
 from inferplex.observe.settings import AlertEvent, AlertsConfig, WebhookConfig
 from inferplex.store.backend import Database, unreachable
 from inferplex.store.leasing import claim_due, look_forever
@@ -123,11 +123,11 @@ class Hook:
     @classmethod
     def of(cls, config: WebhookConfig) -> Hook:
         """The hook with its references resolved (a variable that is not set stops the gateway's start)."""
-        url = _resolve_secret(config.url) if config.url.startswith(("env:", "file:")) else config.url
+        url = resolve_secret(config.url) if config.url.startswith(("env:", "file:")) else config.url
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"alerts.webhooks: {config.url} does not hold an http(s) URL")
         name = config.name or "url-" + hashlib.sha256(url.encode()).hexdigest()[:16]
-        key = None if config.secret is None else signing_key(_resolve_secret(config.secret))
+        key = None if config.secret is None else signing_key(resolve_secret(config.secret))
         return cls(name, url, key, config.format, frozenset(config.events))
 
 
