@@ -15,7 +15,7 @@ from playwright.sync_api import Browser, Locator
 
 from tests.console.browser import PHONE, Console, tid
 from tests.console.conftest import ServerErrors
-from tests.gateway_server import GatewayServer
+from tests.gateway_server import GatewayServer, free_port
 
 NAV = ("keys", "accounts", "usage", "requests", "providers", "models")
 
@@ -357,3 +357,20 @@ def test_a_failing_deployment_shows_its_open_breaker(signed_in: Console, console
     assert echo.locator(tid("breaker-state")).get_attribute("data-state") == "closed"
     until_present(signed_in, f'{tid("recent-error-row")}[data-deployment="fake/error-500"]')
     signed_in.shoot("providers-breaker-open")
+
+
+def test_a_page_on_another_origin_cannot_make_changes(signed_in: Console, console_gateway: GatewayServer) -> None:
+    """Cross-site request forgery from a page on the same host but another port: the same *site*, so
+    SameSite=Strict still sends the session cookie; the CSRF token and the Origin check must refuse it."""
+    key_id, _ = create_key(signed_in, "forgery-target")
+    evil = f"http://127.0.0.1:{free_port()}/prize"
+    forged = f"""<form id="f" method="post" action="{console_gateway.url}/ui/keys/{key_id}/revoke">
+        <input type="hidden" name="csrf" value="guessed"></form><script>f.submit()</script>"""
+    signed_in.page.route(evil, lambda route: route.fulfill(body=forged, content_type="text/html"))
+    with signed_in.page.expect_response(f"**/ui/keys/{key_id}/revoke") as answer:
+        signed_in.page.goto(evil)
+    assert answer.value.status == 403
+    # the browser did send the session: the refusal is the gateway's CSRF defence, not SameSite's
+    assert "ipx_console=" in answer.value.request.all_headers().get("cookie", "")
+    status = httpx.get(f"{console_gateway.url}/admin/keys/{key_id}", headers=console_gateway.auth).json()
+    assert status["revoked_at"] is None
