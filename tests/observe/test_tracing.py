@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Iterator
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -361,3 +362,21 @@ def test_a_caller_who_hangs_up_mid_stream_ends_the_trace_as_disconnected(
     assert root.attributes["error.type"] == "caller.disconnected" and root.status == "unset"
     assert attempt.attributes["inferplex.attempt.outcome"] == "ok"  # it answered; the caller left after
     assert attempt.end_ns <= root.end_ns
+
+
+def test_another_dialect_and_the_processors_stage(gateway: GatewayServer, collector: Collector) -> None:
+    trace_id, caller_span, headers = caller_context()
+    claude = anthropic.Anthropic(base_url=gateway.url, api_key=gateway.master_key, max_retries=0)
+    raw = claude.messages.with_raw_response.create(
+        model="echo-model", max_tokens=64, messages=MSG, extra_headers=headers
+    )
+    root, (attempt,), _ = tree(collector, raw.headers["x-inferplex-request-id"])
+    assert (root.trace_id, root.parent_id) == (trace_id, caller_span)
+    assert root.attributes["http.route"] == "/v1/messages" and root.attributes["inferplex.dialect"] == "anthropic"
+    assert root.name == "chat echo-model" and attempt.name == "chat gpt-echo"
+
+    body = {"model": "echo-model", "messages": MSG, "processors": ["secret_scan"]}
+    r = httpx.post(gateway.base_url + "/chat/completions", headers=gateway.auth, json=body)
+    assert r.status_code == 200, r.text
+    _, _, stages = tree(collector, r.headers["x-inferplex-request-id"], stages=STAGES | {"processors"})
+    assert "processors" in {s.name for s in stages}
