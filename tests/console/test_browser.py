@@ -7,6 +7,7 @@ a request reloads its page until the row is there (`until_present`), within the 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
 
 import httpx
 import openai
@@ -374,3 +375,40 @@ def test_a_page_on_another_origin_cannot_make_changes(signed_in: Console, consol
     assert "ipx_console=" in answer.value.request.all_headers().get("cookie", "")
     status = httpx.get(f"{console_gateway.url}/admin/keys/{key_id}", headers=console_gateway.auth).json()
     assert status["revoked_at"] is None
+
+
+def test_the_usage_range_and_grouping_chosen_in_the_page(signed_in: Console, console_gateway: GatewayServer) -> None:
+    """A key's three requests today: a from/to range on today counts them by model, drawn in every chart; a
+    range that ends yesterday counts none."""
+    key_id, secret = create_key(signed_in, "usage-range", credits_micros=5_000_000)
+    today = datetime.now(UTC).date()
+    for i in range(3):
+        chat(console_gateway, secret, f"range {i}")
+    if datetime.now(UTC).date() != today:
+        pytest.skip("the requests straddled midnight UTC")
+    page = signed_in.page
+
+    def choose(since: date, until: date) -> None:
+        signed_in.goto("/ui/usage")
+        form = page.locator(tid("usage-filters"))
+        form.locator("summary").click()
+        form.locator('[name="key"]').fill(key_id)
+        page.fill(tid("usage-range-from"), since.isoformat())
+        page.fill(tid("usage-range-to"), until.isoformat())
+        page.select_option(tid("usage-group"), "model")
+        page.click(tid("usage-apply"))
+        page.wait_for_url(f"**key={key_id}*")
+
+    choose(today, today)
+    row = page.locator(f'{tid("usage-row")}[data-group="echo-model"]')
+    assert row.locator(tid("usage-requests")).inner_text().strip() == "3"
+    assert page.locator(tid("usage-row")).count() == 1
+    assert page.locator(tid("usage-total-requests")).inner_text().strip() == "3"
+    chart = page.locator(f'{tid("usage-chart")}[data-drawn="true"]')
+    assert chart.locator("canvas").count() == chart.locator(".chart").count() >= 4
+    signed_in.shoot("usage-today-by-model")
+
+    yesterday = today - timedelta(days=1)
+    choose(yesterday - timedelta(days=1), yesterday)
+    assert page.locator(tid("usage-row")).count() == 0
+    assert page.locator(tid("usage-total-requests")).inner_text().strip() == "0"
