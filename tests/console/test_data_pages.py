@@ -26,6 +26,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from inferplex.console import usage_pages
 from inferplex.openapi import console_views
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
@@ -472,3 +473,26 @@ def test_fuzzed_queries_get_a_documented_answer_never_a_5xx(
 
     run()
     assert seen & {200, 404}, seen  # some generated queries were good ones
+
+
+@pytest.mark.parametrize("group", ["model", "key", "account"])
+def test_many_groups_are_drawn_from_the_drawn_groups_reads_alone(
+    traffic: Traffic, browser: httpx.Client, monkeypatch: pytest.MonkeyPatch, group: str
+) -> None:
+    """Past `MAX_GROUPED_ROWS` the page reads the drawn groups' series one by one and "other" as the whole
+    minus them (hours of a month by each of many keys): the charts must be the same as from every group's
+    series. One line of its own here, so the rest is "other" (a NULL group, the master key's, among them)."""
+
+    def charts() -> list[dict[str, Any]]:
+        html = page(browser, f"/ui/usage?range=24h&group={group}&grain=hour")
+        source = html.one("usage-chart").attrs["data-source"]
+        payload = orjson.loads(next(s for s in html.tagged("script") if s.attrs.get("id") == source).text)
+        return list(payload["charts"])
+
+    monkeypatch.setattr(usage_pages, "MAX_LINES", 1)
+    whole = charts()
+    monkeypatch.setattr(usage_pages, "MAX_GROUPED_ROWS", 0)
+    assert charts() == whole
+    requests = {s["label"]: sum(s["values"]) for s in whole[0]["series"]}
+    assert len(requests) == 2 and next(iter(requests)) != "all"
+    assert next(label for label in requests if label.startswith("other (")), requests

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -28,6 +28,7 @@ GRAINS = ("auto", "hour", "day")
 GROUPS = ("model", "key", "account", "provider", "none")
 AUTO_HOURLY_S = 3 * 86_400  # a range up to three days is drawn by the hour, a longer one by the day
 MAX_LINES = 8  # groups drawn as lines of their own; the rest are summed into one "other" line
+MAX_GROUPED_ROWS = 5_000  # past this many (bucket, group) rows, the drawn groups' series are read one by one
 MAX_TABLE = 500  # groups listed in the totals table (the CSV has every one)
 FILTERS = (("model", "model"), ("key_id", "key"), ("account_id", "account"), ("provider", "provider"))
 NO_GROUP = {"model": "(no model)", "key": "(master key)", "account": "(no account)", "provider": "(none)"}
@@ -76,29 +77,71 @@ def selection(params: Mapping[str, str], now: float) -> Selection:
 class Usage:
     """What the rollups say about a selection."""
 
-    series: list[dict[str, Any]]  # by bucket and group (every group: the CSV's rows)
-    overall: list[dict[str, Any]]  # by bucket, all groups together (latency percentiles do not add up)
-    totals: list[dict[str, Any]]  # by group over the whole range
+    totals: list[dict[str, Any]]  # by group over the whole range, largest cost first
     total: dict[str, Any]  # everything in the range
+    overall: list[dict[str, Any]]  # by bucket, all groups together (latency percentiles do not add up)
+    lines: list[tuple[Any, list[dict[str, Any]]]]  # (group, its rows by bucket) for each group drawn
+    other: list[dict[str, Any]]  # by bucket, the groups not drawn summed (empty: none)
+    series: list[dict[str, Any]] | None = None  # by bucket and every group: the CSV's rows
 
 
-async def read_usage(accounts: AccountServices, sel: Selection) -> Usage:
+_BY_FIELD = {"model": "model", "key": "key_id", "account": "account_id", "provider": "provider"}
+
+
+def _drawn(totals: list[dict[str, Any]]) -> list[Any]:
+    """The groups drawn as lines of their own: the most requests first."""
+    ranked = sorted(totals, key=lambda r: (-r["requests"], r["group"] is None, r["group"] or ""))
+    return [r["group"] for r in ranked[:MAX_LINES]]
+
+
+def _minus(overall: list[dict[str, Any]], lines: list[tuple[Any, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Per bucket, what the drawn groups leave of the whole: the "other" line."""
+    left = {row["bucket"]: {"bucket": row["bucket"], **{k: row[k] for k in _SUMMED}} for row in overall}
+    for _, rows in lines:
+        for row in rows:
+            acc = left[row["bucket"]]
+            for name in _SUMMED:
+                acc[name] -= row[name]
+    return [row for _, row in sorted(left.items()) if any(row[k] for k in _SUMMED)]
+
+
+async def read_usage(accounts: AccountServices, sel: Selection, *, every_group: bool = False) -> Usage:
+    """The selection's totals, and its series as the charts draw them (`every_group`: also every group's
+    series, the CSV's rows).
+
+    Latency percentiles cannot be added up, so the whole's series is read apart from the groups'. When the
+    groups' series would be long (hours of a month by each of many keys: a row per bucket and group), only
+    the drawn groups' series are read, one filtered read each, and "other" is the whole minus them: the page
+    costs the buckets times `MAX_LINES`, however many groups there are."""
     await accounts.usage_log.flush()  # rows still queued in memory: the page shows the request just made
     rollups = Rollups(accounts.usage.db)
-    since, until = sel.range.since, sel.range.until
+    since, until, grain, group_by, where = sel.range.since, sel.range.until, sel.grain, sel.group_by, sel.filters
     try:
-        series = await rollups.series(sel.grain, since, until, sel.group_by, sel.filters)
-        if sel.group_by is None:
-            overall = series
-            totals = await rollups.totals(since, until, None, sel.filters)
-            total = totals[0]
+        overall = await rollups.series(grain, since, until, None, where)
+        total = (await rollups.totals(since, until, None, where))[0]
+        if group_by is None:
+            return Usage([total], total, overall, [(None, overall)], [], overall if every_group else None)
+        totals = await rollups.totals(since, until, group_by, where)
+        drawn = _drawn(totals)
+        buckets = len(bucket_starts(grain, since, until))
+        series = None
+        if every_group or len(totals) <= MAX_LINES or buckets * len(totals) <= MAX_GROUPED_ROWS:
+            series = await rollups.series(grain, since, until, group_by, where)
+            per_group: dict[Any, list[dict[str, Any]]] = {g: [] for g in drawn}
+            for row in series:
+                if row["group"] in per_group:
+                    per_group[row["group"]].append(row)
+            lines = list(per_group.items())
         else:
-            overall = await rollups.series(sel.grain, since, until, None, sel.filters)
-            totals = await rollups.totals(since, until, sel.group_by, sel.filters)
-            total = (await rollups.totals(since, until, None, sel.filters))[0]
+            field = _BY_FIELD[group_by]
+            # a group that is NULL in the usage rows is '' in the rollups (their key columns are NOT NULL)
+            lines = [
+                (g, await rollups.series(grain, since, until, None, replace(where, **{field: g or ""}))) for g in drawn
+            ]
     except ValueError as exc:  # what the rollups refuse (a range past their limits): the form says why
         raise BadQuery("from", str(exc)) from None
-    return Usage(series, overall, totals, total)
+    other = _minus(overall, lines) if len(totals) > len(drawn) else []
+    return Usage(totals, total, overall, lines, other, series)
 
 
 def label(group: str | None, group_by: str | None) -> str:
@@ -114,24 +157,12 @@ def _line(x: list[int], rows: list[dict[str, Any]], value: Any, *, gaps: bool = 
 
 
 def chart_data(sel: Selection, usage: Usage) -> dict[str, Any]:
-    """The charts' numbers for charts.js: the bucket starts and, per chart, one line per group (the largest
-    `MAX_LINES` by requests, the rest as "other"), or for latency the percentiles of everything."""
+    """The charts' numbers for charts.js: the bucket starts and, per chart, one line per drawn group (and
+    "other"), or for latency the percentiles of everything."""
     x = bucket_starts(sel.grain, sel.range.since, sel.range.until)
-    group_by = sel.group_by
-    by_requests = sorted(usage.totals, key=lambda r: (-r["requests"], r["group"] is None, r["group"] or ""))
-    drawn = [r["group"] for r in by_requests[:MAX_LINES]]
-    per_group: dict[Any, list[dict[str, Any]]] = {g: [] for g in drawn}
-    other: dict[int, dict[str, Any]] = {}
-    for row in usage.series:
-        if row["group"] in per_group:
-            per_group[row["group"]].append(row)
-        else:
-            acc = other.setdefault(row["bucket"], {"bucket": row["bucket"], **dict.fromkeys(_SUMMED, 0)})
-            for name in _SUMMED:
-                acc[name] += row[name]
-    lines = [(label(g, group_by), rows) for g, rows in per_group.items()]
-    if other:
-        lines.append((f"other ({len(by_requests) - MAX_LINES})", sorted(other.values(), key=lambda r: r["bucket"])))
+    lines = [(label(g, sel.group_by), rows) for g, rows in usage.lines]
+    if usage.other:
+        lines.append((f"other ({len(usage.totals) - len(usage.lines)})", usage.other))
 
     def chart(key: str, title: str, unit: str, value: Any) -> dict[str, Any]:
         return {"key": key, "title": title, "unit": unit,
@@ -223,9 +254,10 @@ async def usage_csv(request: Request) -> Response:
     await session.signed_in(request)
     try:
         sel = selection(request.query_params, time.time())
-        usage = await read_usage(request.app.state.accounts, sel)
+        usage = await read_usage(request.app.state.accounts, sel, every_group=True)
     except BadQuery as bad:
         return render.problem(request, bad.as_error())
+    assert usage.series is not None
     start = sel.range.params().get("range") or f"{sel.range.start or 'start'}_{sel.range.end or 'now'}"
     name = f"usage-{sel.group}-{sel.grain}-{start}.csv".replace(":", "")
     headers = {**render.HEADERS, "content-disposition": f'attachment; filename="{name}"'}
