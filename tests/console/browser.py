@@ -67,6 +67,18 @@ class Console:
         response = self.page.goto(self.base + path)
         assert response is not None and response.ok, f"GET {path}: {response and response.status}"
 
+    def goto_when_found(self, path: str) -> None:
+        """Open a page about something the gateway writes a moment after answering (a request's log row):
+        while it answers 404, wait a little and ask again."""
+        for _ in range(40):
+            response = self.page.goto(self.base + path)
+            assert response is not None
+            if response.status != 404:
+                assert response.ok, f"GET {path}: {response.status}"
+                return
+            self.page.wait_for_timeout(250)
+        raise AssertionError(f"GET {path} still answers 404")
+
     def path(self) -> str:
         return self.page.url.removeprefix(self.base)
 

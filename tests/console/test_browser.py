@@ -312,9 +312,7 @@ def test_every_page_renders_at_desktop_and_phone_size(signed_in: Console, consol
         "models": "/ui/models",
     }
     for name, path in pages.items():
-        console.goto(path)
-        if name == "request":
-            until_present(console, tid("request-detail"))
+        console.goto_when_found(path)
         overflows[name] = console.shoot(name)
     assert page.locator(tid("model-row")).count() == len(console_gateway.config.models)
     console.goto("/ui/providers")
@@ -412,3 +410,23 @@ def test_the_usage_range_and_grouping_chosen_in_the_page(signed_in: Console, con
     choose(yesterday - timedelta(days=1), yesterday)
     assert page.locator(tid("usage-row")).count() == 0
     assert page.locator(tid("usage-total-requests")).inner_text().strip() == "0"
+
+
+def test_a_request_logged_with_its_bodies_shows_them(signed_in: Console, console_gateway: GatewayServer) -> None:
+    """A caller asking for its bodies to be logged (log_query_body / log_response_body) finds both on the
+    request's page; one that did not sees that they were not kept."""
+    logged = client(console_gateway, console_gateway.master_key).chat.completions.with_raw_response.create(
+        model="echo-model",
+        messages=[{"role": "user", "content": "keep <b>this</b>"}],
+        extra_body={"log_query_body": True, "log_response_body": True},
+    )
+    page = signed_in.page
+    signed_in.goto_when_found(f"/ui/requests/{logged.headers['x-inferplex-request-id']}")
+    assert "keep <b>this</b>" in page.locator(tid("request-body")).inner_text()  # shown as text, not markup
+    assert "echo: keep <b>this</b>" in page.locator(tid("response-body")).inner_text()
+    assert page.locator("b", has_text="this").count() == 0
+    signed_in.shoot("request-with-bodies")
+
+    signed_in.goto_when_found(f"/ui/requests/{chat(console_gateway, console_gateway.master_key, 'forget this')}")
+    assert page.locator(tid("bodies-off")).count() == 1
+    assert "forget this" not in page.locator(tid("request-detail")).inner_text()
