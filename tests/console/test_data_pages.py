@@ -224,6 +224,9 @@ def test_usage_by_model_counts_tokens_and_cost_of_the_requests_made(traffic: Tra
     assert echo.one("usage-cost").attrs["data-micros"] == str(traffic.echo_cost)
     assert text(rows["breaking"].one("usage-errors")) == "2"
     assert text(rows["flaky"].one("usage-requests")) == "1"
+    drill = rows["flaky"].one("usage-group-link").attrs["href"]  # to the requests behind the row
+    assert drill == "/ui/requests?range=24h&model=flaky"
+    assert {r.attrs["data-request-id"] for r in page(browser, drill).find("request-row")} == {traffic.flaky_id}
     assert text(html.one("usage-total-requests")) == "7"
     assert html.one("usage-total-cost").attrs["data-micros"] == str(traffic.echo_cost + traffic.flaky_cost)
 
@@ -250,6 +253,12 @@ def test_usage_by_key_and_filtered_to_a_model(traffic: Traffic, browser: httpx.C
     html = page(browser, "/ui/usage?range=7d&group=key")
     rows = {r.attrs["data-group"]: text(r.one("usage-requests")) for r in html.find("usage-row")}
     assert rows == {traffic.key_id: "7"}
+    row = html.one("usage-row")
+    assert text(row.one("usage-group-name")) == "pages"  # the key's name beside its id
+    assert row.one("usage-group-link").attrs["href"] == f"/ui/keys/{traffic.key_id}"
+    source = html.one("usage-chart").attrs["data-source"]
+    payload = orjson.loads(next(s for s in html.tagged("script") if s.attrs.get("id") == source).text)
+    assert [s["label"] for s in payload["charts"][0]["series"]] == [f"pages ({traffic.key_id})"]
     html = page(browser, "/ui/usage?range=30d&group=none&model=flaky")
     (row,) = html.find("usage-row")
     assert text(row.one("usage-requests")) == "1"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -156,11 +156,18 @@ def _line(x: list[int], rows: list[dict[str, Any]], value: Any, *, gaps: bool = 
     return [value(rows[at[b]]) if b in at else (None if gaps else 0) for b in x]
 
 
-def chart_data(sel: Selection, usage: Usage) -> dict[str, Any]:
+def chart_data(sel: Selection, usage: Usage, known: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The charts' numbers for charts.js: the bucket starts and, per chart, one line per drawn group (and
-    "other"), or for latency the percentiles of everything."""
+    "other"), or for latency the percentiles of everything. A key or account line is labelled with its name
+    too (`known`)."""
     x = bucket_starts(sel.grain, sel.range.since, sel.range.until)
-    lines = [(label(g, sel.group_by), rows) for g, rows in usage.lines]
+    known = known or {}
+
+    def named(group: str | None) -> str:
+        shown = label(group, sel.group_by)
+        return f"{known[group]} ({shown})" if group in known else shown
+
+    lines = [(named(g), rows) for g, rows in usage.lines]
     if usage.other:
         lines.append((f"other ({len(usage.totals) - len(usage.lines)})", usage.other))
 
@@ -185,10 +192,30 @@ def chart_data(sel: Selection, usage: Usage) -> dict[str, Any]:
 _SUMMED = ("requests", "errors", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros")
 
 
-def _row_view(row: dict[str, Any], name: str) -> dict[str, Any]:
+async def names(accounts: AccountServices, group_by: str | None) -> dict[str, str]:
+    """Keys' and accounts' names by id, for a grouping by key or account (ids alone say little)."""
+    if group_by == "key":
+        return {k.id: k.name for k in await accounts.keys.list()}
+    if group_by == "account":
+        return {a.id: a.name for a in await accounts.ledger.accounts()}
+    return {}
+
+
+def _href(group: str | None, group_by: str | None, sel: Selection) -> str:
+    """Where a group's row leads: its key or account, or the request log of its model or provider."""
+    if group is None or group_by is None:
+        return ""
+    if group_by in ("key", "account"):
+        return f"/ui/{group_by}s/{quote(group, safe='')}"
+    return "/ui/requests?" + urlencode({**sel.range.params(), group_by: group})
+
+
+def _row_view(row: dict[str, Any], name: str, title: str = "", href: str = "") -> dict[str, Any]:
     requests = row["requests"]
     return {
         "group": name,
+        "title": title,
+        "href": href,
         "requests": requests,
         "errors": row["errors"],
         "error_rate": f"{100 * row['errors'] / requests:.1f}%" if requests else "",
@@ -233,17 +260,21 @@ async def usage_page(request: Request) -> Response:
         context |= {"form": _form(params, None), "presets": _presets(None), "error": bad}
         return render.page(request, "usage.html", context, 400)
     group_by = sel.group_by
+    known = await names(request.app.state.accounts, group_by)
     context |= {
         "form": _form(params, sel),
         "presets": _presets(sel),
         "shown": f"{query.utc(sel.range.since, seconds=False)} to {query.utc(sel.range.until, seconds=False)}, "
         f"by the {sel.grain}",
         "group_title": "All requests" if group_by is None else group_by.capitalize(),
-        "rows": [_row_view(r, label(r["group"], group_by)) for r in usage.totals[:MAX_TABLE]],
+        "rows": [
+            _row_view(r, label(r["group"], group_by), known.get(r["group"] or "", ""), _href(r["group"], group_by, sel))
+            for r in usage.totals[:MAX_TABLE]
+        ],
         "more_groups": max(len(usage.totals) - MAX_TABLE, 0),
         "total": _row_view(usage.total, "total"),
         "grouped": group_by is not None,
-        "data": chart_data(sel, usage),
+        "data": chart_data(sel, usage, known),
         "csv_href": "/ui/usage.csv?" + sel.query(),
     }
     return render.page(request, "usage.html", context)
