@@ -277,7 +277,9 @@ def test_sign_out_ends_the_session(signed_in: Console) -> None:
     assert signed_in.path().startswith("/ui/login")
 
 
-def test_the_nav_works_on_a_phone(browser: Browser, console_gateway: GatewayServer) -> None:
+def test_the_nav_works_on_a_phone(
+    browser: Browser, console_gateway: GatewayServer, server_errors: ServerErrors
+) -> None:
     phone = Console.open(browser, console_gateway.url, PHONE)
     try:
         phone.sign_in(console_gateway.master_key)
@@ -287,7 +289,7 @@ def test_the_nav_works_on_a_phone(browser: Browser, console_gateway: GatewayServ
             phone.page.wait_for_url(f"**/ui/{name}*")
             overflow = phone.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             assert overflow <= 0, f"/ui/{name} is {overflow}px wider than a 375px phone"
-        assert phone.errors == []
+        assert phone.errors == [] and phone.broken == [] and server_errors.seen == []
     finally:
         phone.close()
 
