@@ -165,7 +165,7 @@ def chart_data(sel: Selection, usage: Usage, known: Mapping[str, str] | None = N
 
     def named(group: str | None) -> str:
         shown = label(group, sel.group_by)
-        return f"{known[group]} ({shown})" if group in known else shown
+        return f"{known[group]} ({shown})" if group is not None and group in known else shown
 
     lines = [(named(g), rows) for g, rows in usage.lines]
     if usage.other:
