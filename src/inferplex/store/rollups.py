@@ -77,23 +77,35 @@ def bucket_starts(grain: str, since: float, until: float) -> list[int]:
 
 
 def percentile(histogram: Sequence[int], q: float) -> float | None:
-    """The `q` quantile (0 < q < 1) of the latencies a histogram counts: the bucket holding the q-th rank,
-    interpolated linearly in it (the first bucket from 0; the open last bucket answers its lower bound).
-    None when it counts nothing."""
+    """The `q` quantile (0 < q < 1) of the latencies a histogram counts (`percentiles`)."""
+    return percentiles(histogram, (q,))[0]
+
+
+def percentiles(histogram: Sequence[int], qs: Sequence[float]) -> list[float | None]:
+    """The quantiles `qs` (ascending, each 0 < q < 1) of the latencies a histogram counts, in one pass: the
+    bucket holding each rank, interpolated linearly in it (the first bucket from 0; the open last bucket
+    answers its lower bound). None each when it counts nothing."""
     total = sum(histogram)
     if total == 0:
-        return None
-    rank = q * total
-    seen = 0
+        return [None] * len(qs)
     bounds = t.LATENCY_BOUNDS_MS
-    for i, count in enumerate(histogram):
-        if count and seen + count >= rank:
-            if i == len(bounds):
-                return float(bounds[-1])
-            low = 0.0 if i == 0 else float(bounds[i - 1])
-            return low + (bounds[i] - low) * (rank - seen) / count
-        seen += count
-    return float(bounds[-1])
+    out: list[float | None] = []
+    seen, i = 0, 0
+    for q in qs:
+        rank = q * total
+        while i < len(histogram) - 1 and (not histogram[i] or seen + histogram[i] < rank):
+            seen += histogram[i]
+            i += 1
+        count = histogram[i]
+        if i == len(bounds) or not count:
+            out.append(float(bounds[-1]))
+            continue
+        low = 0.0 if i == 0 else float(bounds[i - 1])
+        out.append(low + (bounds[i] - low) * (rank - seen) / count)
+    return out
+
+
+_QUANTILES = (0.5, 0.95, 0.99)
 
 
 def _measures(table: Table) -> list[ColumnElement[Any]]:
@@ -105,21 +117,24 @@ def _measures(table: Table) -> list[ColumnElement[Any]]:
     ]
 
 
-def _finish(m: Any, bucket: bool) -> dict[str, Any]:
-    """A rollup sum (a row's mapping) as the API answers it: integers, '' back to None, the latency
-    summarised; its histogram kept under `histogram` until the caller drops it."""
-    histogram = [int(m[name] or 0) for name in t.LATENCY_COLUMNS]
+def _finish(row: Sequence[Any], bucket: bool) -> dict[str, Any]:
+    """A rollup sum as the API answers it: integers, '' back to None, the latency summarised; its histogram
+    kept under `histogram` until the caller drops it. `row` is in `_read`'s column order (by position: a
+    long series is tens of thousands of rows, and a lookup by name costs more than the rest)."""
+    values = tuple(row[1:]) if bucket else tuple(row)
+    histogram = [int(v or 0) for v in values[_LAT:]]
     timed = sum(histogram)
-    out: dict[str, Any] = {"bucket": int(m["bucket"])} if bucket else {}
-    out["group"] = m["group"] or None
-    out.update({name: int(m[name] or 0) for name in _SUMS})
-    out["avg_ms"] = float(m["latency_ms_sum"]) / timed if timed else None
-    out["p50_ms"], out["p95_ms"], out["p99_ms"] = (percentile(histogram, q) for q in (0.5, 0.95, 0.99))
+    out: dict[str, Any] = {"bucket": int(row[0])} if bucket else {}
+    out["group"] = values[0] or None
+    out.update(zip(_SUMS, (int(v or 0) for v in values[1 : 1 + len(_SUMS)]), strict=True))
+    out["avg_ms"] = float(values[_LAT - 1]) / timed if timed else None
+    out["p50_ms"], out["p95_ms"], out["p99_ms"] = percentiles(histogram, _QUANTILES)
     out["histogram"] = histogram
     return out
 
 
-_NOTHING = {"group": "", "latency_ms_sum": 0, **dict.fromkeys((*_SUMS, *t.LATENCY_COLUMNS), 0)}
+_LAT = 2 + len(_SUMS)  # where the histogram starts in a row (after the group, the sums and the latency sum)
+_NOTHING = ("", *[0] * (len(_SUMS) + 1 + len(t.LATENCY_COLUMNS)))
 
 
 def _merged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -140,7 +155,7 @@ def _merged(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for group, acc in by.items():
         timed = sum(acc["histogram"])
         acc["avg_ms"] = latency[group] / timed if timed else None
-        acc["p50_ms"], acc["p95_ms"], acc["p99_ms"] = (percentile(acc["histogram"], q) for q in (0.5, 0.95, 0.99))
+        acc["p50_ms"], acc["p95_ms"], acc["p99_ms"] = percentiles(acc["histogram"], _QUANTILES)
     return list(by.values())
 
 
@@ -168,7 +183,7 @@ class Rollups:
             raise ValueError(f"The range holds more than {MAX_BUCKETS} {grain}s: choose a shorter one or days.")
         table = t.usage_hourly if grain == "hour" else t.usage_daily
         rows = await self._read(table, start, end, group_by, filters, bucketed=True)
-        out = [_finish(r._mapping, bucket=True) for r in rows]
+        out = [_finish(r, bucket=True) for r in rows]
         for row in out:
             del row["histogram"]
         out.sort(key=lambda r: (r["bucket"], r["group"] or ""))  # in Python: one order whatever the collation
@@ -196,7 +211,7 @@ class Rollups:
         found: list[dict[str, Any]] = []
         for table, low, high in parts:
             if low < high:
-                found += [_finish(r._mapping, False) for r in await self._read(table, low, high, group_by, filters)]
+                found += [_finish(r, False) for r in await self._read(table, low, high, group_by, filters)]
         out = _merged(found)
         if group_by is None and not out:
             out = [_finish(_NOTHING, bucket=False)]
