@@ -27,7 +27,7 @@ from inferplex.admin import responses as r
 from inferplex.store import tables as t
 from inferplex.store.backend import Database
 from inferplex.store.engine import open_database
-from inferplex.store.request_log import RequestLog
+from inferplex.store.request_log import RequestFilter, RequestLog
 from inferplex.store.rollups import GROUPS, RollupFilter, Rollups, ceil_to, floor_to
 from inferplex.store.usage import COLUMNS, UsageStore
 from tests.accounts.conftest import billing_config, own_database, sqlite_url
@@ -306,6 +306,16 @@ async def test_rollups_stay_exact_whoever_writes_the_rows(db: tuple[Database, st
         ]  # fmt: skip
         got = await rollups.totals(since, until, group_by, where)
         same(sorted(got, key=lambda x: x["group"] or ""), aggregate(inside, None, group_by) or _zero(group_by))
+
+
+async def test_a_nul_character_is_refused_before_the_database(db: tuple[Database, str]) -> None:
+    """PostgreSQL cannot hold NUL even in a comparison: each engine refuses it alike (a 400 in the routes)."""
+    database, _ = db
+    with pytest.raises(ValueError, match="`model` contains a NUL"):
+        await Rollups(database).series("hour", START, START + DAY, None, RollupFilter(model="a\x00b"))
+    with pytest.raises(ValueError, match="`tag` contains a NUL"):
+        await RequestLog(database).page(RequestFilter(tag="a\x00b"))
+    assert await RequestLog(database).detail("req\x00") is None
 
 
 def _zero(group_by: str | None) -> list[dict[str, Any]]:

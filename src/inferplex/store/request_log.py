@@ -75,6 +75,8 @@ class RequestFilter:
 
     def apply(self, query: Select[Any]) -> Select[Any]:
         """`query` narrowed to the rows this filter selects; ValueError names a bad value."""
+        for name in ("model", "key_id", "account_id", "provider", "deployment", "tag"):
+            _no_nul(name, getattr(self, name))
         for name in ("model", "key_id", "account_id", "provider", "deployment"):
             value = getattr(self, name)
             if value is not None:
@@ -100,6 +102,12 @@ class RequestFilter:
         if self.tag is not None:
             query = query.where(_HasTag(_u.tags, self.tag))
         return query
+
+
+def _no_nul(name: str, value: str | None) -> None:
+    """PostgreSQL's text cannot hold NUL, not even in a comparison: refused here, on every engine alike."""
+    if value is not None and "\x00" in value:
+        raise ValueError(f"`{name}` contains a NUL character.")
 
 
 def _status(status: str) -> ColumnElement[bool]:
@@ -174,6 +182,8 @@ class RequestLog:
     async def detail(self, request_id: str) -> dict[str, Any] | None:
         """One request: every column of its usage row (its attempts, and its bodies where they were logged)
         and the ledger moves it made. None if it has no row."""
+        if "\x00" in request_id:  # no row can hold it (and PostgreSQL refuses it in a comparison)
+            return None
         query = select(t.usage).where(_u.request_id == request_id).order_by(_u.id.desc()).limit(1)
         moves = select(t.ledger).where(t.ledger.c.request_id == request_id).order_by(t.ledger.c.id)
 

@@ -45,8 +45,11 @@ class RollupFilter:
     provider: str | None = None
 
     def apply(self, query: Select[Any], table: Table) -> Select[Any]:
+        """`query` narrowed to the filter's rows; ValueError for a value no store can hold (NUL)."""
         for name in ("model", "key_id", "account_id", "provider"):
             value = getattr(self, name)
+            if value is not None and "\x00" in value:
+                raise ValueError(f"`{name}` contains a NUL character.")
             if value is not None:
                 query = query.where(table.c[name] == value)
         return query
