@@ -78,7 +78,8 @@ def admin(server: GatewayServer) -> Iterator[httpx.Client]:
 @pytest.fixture(scope="module")
 def traffic(server: GatewayServer, admin: httpx.Client) -> dict[str, Any]:
     """Known requests by two funded keys and one without credit: buffered and streamed chats, an embedding,
-    an upstream failure, a failover, a refusal for credit. Returns the keys and the failover's request id."""
+    an upstream failure, an upstream timeout, a failover, a refusal for credit. Returns the keys and the
+    failover's request id."""
     keys = []
     for name, credits in (("alpha", 10_000_000), ("beta", 10_000_000), ("broke", 1)):
         made = admin.post("/admin/keys", json={"name": name, "credits_micros": credits, "tags": [f"team-{name}"]})
@@ -92,6 +93,8 @@ def traffic(server: GatewayServer, admin: httpx.Client) -> dict[str, Any]:
     alpha.embeddings.create(model="embed-model", input="hello")
     with pytest.raises(openai.InternalServerError):
         alpha.chat.completions.create(model="error-500", messages=HI)  # type: ignore[arg-type]
+    with pytest.raises(openai.InternalServerError):  # the upstream never answers: 504 after its read timeout
+        alpha.chat.completions.create(model="hang", messages=HI)  # type: ignore[arg-type]
     failover = alpha.chat.completions.with_raw_response.create(model="flaky", messages=HI)  # type: ignore[arg-type]
     for _ in range(2):
         beta.chat.completions.create(model="echo-model", messages=HI, extra_body={"tags": ["night"]})  # type: ignore[arg-type]
@@ -113,8 +116,8 @@ def test_rollups_equal_a_plain_aggregation_after_real_requests(
     window = {"since": time.time() - DAY, "until": time.time() + 3600}  # every row, however the hours fall
     _series(admin, grain="day", **window)  # the gateway flushes its usage log first
     rows = usage_rows(database_url)
-    assert len(rows) == 10  # 9 answered requests and the credit refusal
-    assert sum(row["status"] >= 400 for row in rows) == 2
+    assert len(rows) == 11  # 10 answered requests and the credit refusal
+    assert sum(row["status"] >= 400 for row in rows) == 3
     for grain, seconds in (("hour", 3600), ("day", DAY)):
         for group_by in (None, *GROUPS):
             params = {"grain": grain, **window, **({"group_by": group_by} if group_by else {})}
@@ -124,8 +127,8 @@ def test_rollups_equal_a_plain_aggregation_after_real_requests(
             same(sorted(answer["totals"], key=lambda x: x["group"] or ""), expected_totals)
     by_key = {row["group"]: row for row in _series(admin, grain="day", group_by="key", **window)["totals"]}
     alpha, beta, broke = (k["id"] for k in traffic["keys"])
-    assert (by_key[alpha]["requests"], by_key[beta]["requests"], by_key[broke]["requests"]) == (7, 2, 1)
-    assert (by_key[alpha]["errors"], by_key[broke]["errors"]) == (1, 1)
+    assert (by_key[alpha]["requests"], by_key[beta]["requests"], by_key[broke]["requests"]) == (8, 2, 1)
+    assert (by_key[alpha]["errors"], by_key[broke]["errors"]) == (2, 1)
     one_key = _series(admin, grain="hour", key_id=beta, **window)["totals"]
     assert [(x["group"], x["requests"]) for x in one_key] == [(None, 2)]
 
@@ -169,7 +172,9 @@ def test_the_request_log_pages_through_every_request_newest_first_and_filters(
         ({"status": "5xx"}, lambda x: x["status"] >= 500),
         ({"status": "403"}, lambda x: x["status"] == 403),
         ({"status": "error"}, lambda x: x["status"] >= 400),
-        ({"error_type": "provider"}, lambda x: x["model"] == "error-500"),
+        ({"error_type": "provider"}, lambda x: x["model"] in ("error-500", "hang")),
+        ({"error_type": "provider.timeout"}, lambda x: x["model"] == "hang"),
+        ({"error_type": "provider.upstream_error"}, lambda x: x["model"] == "error-500"),
         ({"error_type": "policy.insufficient_credits"}, lambda x: x["key_id"] == broke),
         ({"model": "priced"}, lambda x: x["model"] == "priced"),
         ({"key_id": beta}, lambda x: x["key_id"] == beta),
