@@ -59,7 +59,7 @@ def register(sub: Any) -> None:
     create.add_argument("--name", required=True)
     create.add_argument("--account", help="bill this account (default: a new one)")
     create.add_argument("--credits", type=usd_to_micros, default=0, help="USD to add to the account")
-    create.add_argument("--scopes", help="comma-separated (default: all but admin)")
+    create.add_argument("--scopes", help="comma-separated (default: all but admin and metrics)")
     create.add_argument("--models", action="append", default=[], help="allowed model glob (repeatable)")
     create.add_argument("--ips", action="append", default=[], help="allowed address or CIDR (repeatable)")
     create.add_argument("--tags", action="append", default=[])

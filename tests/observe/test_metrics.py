@@ -187,6 +187,9 @@ def test_metrics_need_the_metrics_or_admin_scope(served: GatewayServer) -> None:
     refused = httpx.get(url, headers={"Authorization": f"Bearer {chat_only['key']}"}, timeout=10)
     assert refused.status_code == 403
     assert refused.json()["error"]["code"] == "scope_not_allowed"
+    default = make_key(served)  # a key made with the default scopes: everything but admin and metrics
+    assert "metrics" not in default["scopes"]
+    assert httpx.get(url, headers={"Authorization": f"Bearer {default['key']}"}, timeout=10).status_code == 403
     admin = make_key(served, scopes=["admin"])
     assert httpx.get(url, headers={"Authorization": f"Bearer {admin['key']}"}, timeout=10).status_code == 200
     assert httpx.get(url, headers=served.auth, timeout=10).status_code == 200

@@ -19,7 +19,8 @@ from inferplex.processors.base import Env, known_processors
 from inferplex.processors.chain import build
 from inferplex.processors.spec import parse_list
 
-DEFAULT_SCOPES = sorted(ALL_SCOPES - {"admin"})
+# A new key may do everything but administer and read /metrics (deployments, costs, other keys' ids there)
+DEFAULT_SCOPES = sorted(ALL_SCOPES - {"admin", "metrics"})
 INT64_MAX = 2**63 - 1  # BIGINT, the type of every integer column an admin writes
 
 

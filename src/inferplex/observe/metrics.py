@@ -29,6 +29,7 @@ from inferplex import __version__
 from inferplex.config import Config, ProviderConfig
 from inferplex.observe.faults import error_type
 from inferplex.observe.hub import Env, Sink
+from inferplex.observe.metrics_listener import listen
 from inferplex.observe.metrics_series import Collector, Counter, Gauge, Histogram, Labels, observe_row
 from inferplex.observe.settings import MetricsConfig
 from inferplex.providers.profiles import profile_for
@@ -206,9 +207,7 @@ class MetricsSink(Sink):
         if watch is not None:
             watch(self._store)
         if self.config.listen:
-            from inferplex.observe.metrics_listener import listen
-
-            self._listener = await listen(self, self.config.listen)
+            self._listener = await listen(self.scrape, CONTENT_TYPE, self.config.listen)
 
     async def aclose(self) -> None:
         if self._listener is not None:

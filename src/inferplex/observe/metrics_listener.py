@@ -8,22 +8,18 @@ handlers of its own (a second uvicorn server in the process would take over the 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from inferplex.observe.metrics import MetricsSink
 
-
-async def listen(sink: MetricsSink, address: str) -> web.AppRunner:
-    """Start serving `sink` on "host:port" (an empty host: every interface); the runner stops it."""
-    from inferplex.observe.metrics import CONTENT_TYPE
-
+async def listen(scrape: Callable[[], Awaitable[bytes]], content_type: str, address: str) -> web.AppRunner:
+    """Start serving what `scrape` returns on "host:port" (an empty host: every interface); the runner
+    stops it."""
     host, _, port = address.rpartition(":")
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=await sink.scrape(), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=await scrape(), headers={"Content-Type": content_type})
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
