@@ -147,7 +147,12 @@ def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, d
             ctx.route_template = TEMPLATES.get(run, "other")
             ctx.trace = request.headers  # the caller's trace context, for a tracing sink to read (it replaces it)
             hub.started(ctx, request.method)
-            return Observed(await _answer(request, ctx), ctx, request.method)
+            try:
+                response = await _answer(request, ctx)
+            except BaseException:  # cancelled (the server shutting down) before it had an answer
+                hub.finished(ctx, request.method, 499, False)
+                raise
+            return Observed(response, ctx, request.method)
         return await _answer(request, ctx)
 
     async def _answer(request: Request, ctx: Context) -> Response:
