@@ -6,14 +6,18 @@ a request reloads its page until the row is there (`until_present`), within the 
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
 from playwright.sync_api import Browser, Locator
 
+from tests.console import conftest
 from tests.console.browser import PHONE, Console, tid
 from tests.console.conftest import ServerErrors
 from tests.gateway_server import GatewayServer, free_port
@@ -432,3 +436,30 @@ def test_a_request_logged_with_its_bodies_shows_them(signed_in: Console, console
     signed_in.goto_when_found(f"/ui/requests/{chat(console_gateway, console_gateway.master_key, 'forget this')}")
     assert page.locator(tid("bodies-off")).count() == 1
     assert "forget this" not in page.locator(tid("request-detail")).inner_text()
+
+
+def test_without_chromium_the_set_up_installs_it_or_says_why_it_cannot(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The fixture's decision, without touching the machine: not root → a reason naming what is needed;
+    root with apt-get → `apt-get update` then `apt-get install -y chromium`, each bounded, and a failure is
+    the reason to skip."""
+    monkeypatch.setattr(conftest, "CHROMIUM", tmp_path / "chromium")
+    monkeypatch.setattr(conftest.shutil, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(conftest.os, "geteuid", lambda: 1000)
+    reason = conftest._install_chromium()
+    assert reason is not None and "root" in reason and "apt-get" in reason
+
+    ran: list[tuple[list[str], float]] = []
+
+    def run(command: list[str], **kw: Any) -> None:
+        ran.append((command, kw["timeout"]))
+        if command[1] == "install":
+            raise subprocess.CalledProcessError(100, command)
+
+    monkeypatch.setattr(conftest.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(conftest.subprocess, "run", run)
+    reason = conftest._install_chromium()
+    assert [command for command, _ in ran] == [["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]]
+    assert all(0 < limit <= 900 for _, limit in ran)
+    assert reason is not None and "apt-get install -y chromium" in reason
