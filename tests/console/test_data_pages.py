@@ -315,6 +315,8 @@ def test_the_log_lists_each_request_newest_first_with_filters(traffic: Traffic, 
 
 
 def test_older_requests_come_a_page_at_a_time(traffic: Traffic, browser: httpx.Client) -> None:
+    """Runs after the tests that count the module's traffic (file order): its requests are the master key's,
+    under a tag of their own."""
     client = openai.OpenAI(api_key=traffic.server.master_key, base_url=traffic.server.base_url, max_retries=0)
     made = []
     for _ in range(53):
@@ -491,6 +493,9 @@ def test_many_groups_are_drawn_from_the_drawn_groups_reads_alone(
     """Past `MAX_GROUPED_ROWS` the page reads the drawn groups' series one by one and "other" as the whole
     minus them (hours of a month by each of many keys): the charts must be the same as from every group's
     series. One line of its own here, so the rest is "other" (a NULL group, the master key's, among them)."""
+
+    master = openai.OpenAI(api_key=traffic.server.master_key, base_url=traffic.server.base_url, max_retries=0)
+    master.chat.completions.create(model="echo-model", messages=HI)  # a second key and account group: none
 
     def charts() -> list[dict[str, Any]]:
         html = page(browser, f"/ui/usage?range=24h&group={group}&grain=hour")
