@@ -390,6 +390,10 @@ def test_providers_show_the_breaker_that_opened_and_its_errors(traffic: Traffic,
     errors = html.one("recent-errors").find("recent-error-row")
     assert {e.attrs["data-deployment"] for e in errors} == {"breaking-dep", "flaky-bad"}
     assert len([e for e in errors if e.attrs["data-deployment"] == "breaking-dep"]) == 2
+    served = html.one("deployment-row", **{"data-deployment": "flaky-good"}).one("deployment-requests-link")
+    assert {r.attrs["data-request-id"] for r in page(browser, served.attrs["href"]).find("request-row")} == {
+        traffic.flaky_id
+    }
     only = page(browser, "/ui/providers?deployment=flaky-bad").one("recent-errors").find("recent-error-row")
     assert [e.attrs["data-deployment"] for e in only] == ["flaky-bad"]
     assert traffic.flaky_id in text(only[0])
@@ -403,6 +407,10 @@ def test_models_list_every_model_with_deployments_and_prices(traffic: Traffic, b
     assert "input $0.15 per 1M tokens" in prices and "output $0.60 per 1M tokens" in prices
     assert text(rows["embed-model"].one("model-prices")) == "input $0.02 per 1M tokens"
     assert text(rows["breaking"].one("model-prices")) == "no price set: costs nothing"
+    requests = page(browser, rows["flaky"].one("model-requests").attrs["href"]).find("request-row")
+    assert [r.attrs["data-request-id"] for r in requests] == [traffic.flaky_id]
+    usage = page(browser, rows["flaky"].one("model-usage").attrs["href"])
+    assert [r.attrs["data-group"] for r in usage.find("usage-row")] == [traffic.key_id]
     deployments = [d.attrs["data-deployment"] for d in rows["flaky"].find("model-deployment")]
     assert deployments == ["flaky-bad", "flaky-good"]
     assert "api_key" not in browser.get("/ui/models").text and "sk-fake" not in browser.get("/ui/providers").text
