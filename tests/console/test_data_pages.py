@@ -424,6 +424,10 @@ def test_every_data_page_needs_a_session(traffic: Traffic, path: str) -> None:
     answer = httpx.get(traffic.server.url + path, headers=traffic.server.auth)  # a bearer key is not a session
     assert answer.status_code == 303
     assert answer.headers["location"] == "/ui/login"
+    # the providers table's htmx poll, after the session ended: htmx is told to load the sign-in page whole
+    # (a 303 would be followed inside its XHR and the sign-in page swapped into the table)
+    polled = httpx.get(traffic.server.url + path, headers={"HX-Request": "true"})
+    assert polled.status_code == 200 and polled.headers["hx-redirect"] == "/ui/login" and not polled.content
 
 
 BAD = [

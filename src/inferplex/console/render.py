@@ -110,9 +110,11 @@ def _storable(request: Request) -> None:
 
 
 def guarded(handler: Page) -> Page:
-    """A page handler whose `SignInRequired` becomes a 303 to the sign-in page, and whose `GatewayError`s
-    (a CSRF refusal, an unknown id, an admin operation's refusal, a parameter holding NUL) become an error
-    page with their status; an unreachable database is a 503 page, as the API answers it (edge.endpoint)."""
+    """A page handler whose `SignInRequired` becomes a 303 to the sign-in page (for an htmx request, an
+    `HX-Redirect` to it: htmx would follow a 303 inside its XHR and swap the sign-in page into a fragment),
+    and whose `GatewayError`s (a CSRF refusal, an unknown id, an admin operation's refusal, a parameter
+    holding NUL) become an error page with their status; an unreachable database is a 503 page, as the API
+    answers it (edge.endpoint)."""
 
     @functools.wraps(handler)
     async def run(request: Request) -> Response:
@@ -120,6 +122,8 @@ def guarded(handler: Page) -> Page:
             _storable(request)
             return await handler(request)
         except SignInRequired:
+            if request.headers.get("hx-request") == "true":  # an htmx poll or fragment: load the page whole
+                return Response(status_code=200, headers={**HEADERS, "HX-Redirect": "/ui/login"})
             return see_other("/ui/login")
         except GatewayError as error:
             return problem(request, error)
