@@ -332,11 +332,17 @@ def test_every_page_renders_at_desktop_and_phone_size(signed_in: Console, consol
     assert {name: px for name, px in overflows.items() if px > 0} == {}
 
 
+def key_with_requests(console: Console, gateway: GatewayServer, name: str, count: int) -> tuple[str, list[str]]:
+    """A funded key made in the page, and the ids of `count` chat requests made with it, oldest first."""
+    key_id, secret = create_key(console, name, credits_micros=5_000_000)
+    return key_id, [chat(gateway, secret, f"{name} {i}") for i in range(count)]
+
+
 def test_older_requests_load_into_the_same_page(signed_in: Console, console_gateway: GatewayServer) -> None:
     """The request log shows 50 rows; "Older requests" (htmx, in place) brings the rest."""
-    ids = [chat_with(console_gateway, "text-only", f"page {i}") for i in range(51)]
+    key_id, ids = key_with_requests(signed_in, console_gateway, "paged", 51)
     page = signed_in.page
-    signed_in.goto("/ui/requests?model=text-only")
+    signed_in.goto(f"/ui/requests?key={key_id}")
     # usage rows are written in order, in batches: once the newest is there, so are the 50 before it
     until_present(signed_in, f'{tid("request-row")}[data-request-id="{ids[-1]}"]')
     rows = page.locator(tid("request-row"))
@@ -346,7 +352,23 @@ def test_older_requests_load_into_the_same_page(signed_in: Console, console_gate
     shown = [rows.nth(i).get_attribute("data-request-id") for i in range(rows.count())]
     assert shown == ids[::-1]
     assert page.locator(tid("request-more")).count() == 0
-    assert signed_in.path() == "/ui/requests?model=text-only"
+    assert signed_in.path() == f"/ui/requests?key={key_id}"
+
+
+def test_older_requests_after_the_session_ended_go_to_sign_in(
+    signed_in: Console, console_gateway: GatewayServer
+) -> None:
+    """htmx's in-place load with no session left: the whole tab goes to the sign-in page (no login form
+    swapped into the table)."""
+    key_id, ids = key_with_requests(signed_in, console_gateway, "paged-out", 51)
+    page = signed_in.page
+    signed_in.goto(f"/ui/requests?key={key_id}")
+    until_present(signed_in, f'{tid("request-row")}[data-request-id="{ids[-1]}"]')
+    signed_in.context.clear_cookies()
+    page.click(tid("request-more"))
+    page.wait_for_url("**/ui/login*")
+    assert page.locator(tid("login-key")).count() == 1
+    assert page.locator(tid("request-row")).count() == 0
 
 
 def test_a_failing_deployment_shows_its_open_breaker(signed_in: Console, console_gateway: GatewayServer) -> None:
