@@ -485,3 +485,20 @@ def test_without_chromium_the_set_up_installs_it_or_says_why_it_cannot(
     assert [command for command, _ in ran] == [["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]]
     assert all(0 < limit <= 900 for _, limit in ran)
     assert reason is not None and "apt-get install -y chromium" in reason
+
+
+def test_the_providers_page_refreshes_its_breakers_in_place(signed_in: Console, console_gateway: GatewayServer) -> None:
+    """A breaker that opens while the page is open shows up there without a reload (htmx polls the table every
+    10 s; the page's clock is moved on instead of waiting)."""
+    page = signed_in.page
+    page.clock.install()
+    signed_in.goto("/ui/providers")
+    row = f'{tid("deployment-row")}[data-deployment="fake/error-503"]'
+    assert page.locator(f"{row} {tid('breaker-state')}").get_attribute("data-state") == "closed"
+    page.evaluate("window.sameDocument = true")
+    with pytest.raises(openai.InternalServerError):
+        chat_with(console_gateway, "error-503", "fail")
+    with page.expect_response("**/ui/providers*"):
+        page.clock.run_for(10_500)
+    page.locator(f'{row} {tid("breaker-state")}[data-state="open"]').wait_for()
+    assert page.evaluate("window.sameDocument") is True
