@@ -89,9 +89,8 @@ def create_key(
     assert secret.startswith("ipx-"), secret
     if shoot:
         assert console.shoot(shoot) == 0, "the page showing the secret is wider than a phone"
-    row = key_row(console, name)
-    key_id = row.get_attribute("data-key-id")
-    assert key_id
+    key_id = page.locator(tid("new-key-id")).inner_text().strip()
+    assert key_row(console, name).get_attribute("data-key-id") == key_id  # and the list has it
     return key_id, secret
 
 
