@@ -35,6 +35,7 @@ from inferplex.store.driver import DriverStatement, first_row, row_of
 from inferplex.store.group_commit import GroupCommitWriter
 from inferplex.store.key_cache import CountedKeyCache, KeyCache
 from inferplex.store.moves import ENTRY_COLUMNS, Move, Result, Spend, apply_rule, month_of
+from inferplex.store.sqlite_rollups import append_rolled_up
 
 T = TypeVar("T")
 
@@ -178,6 +179,13 @@ class SQLiteDatabase(Database):
         quote = self.dialect.identifier_preparer
         names = ", ".join(quote.quote(c) for c in columns)
         sql = f"INSERT INTO {quote.format_table(table)} ({names}) VALUES ({', '.join('?' * len(columns))})"
+
+        if table.name == "usage":  # rolled up once per batch (store/sqlite_rollups.py), not by the row trigger
+
+            async def append_usage(rows: list[tuple[Any, ...]]) -> None:
+                await self._writer.write_raw(lambda conn: append_rolled_up(conn, sql, rows))
+
+            return append_usage
 
         async def append(rows: list[tuple[Any, ...]]) -> None:
             await self._writer.write_raw(lambda conn: conn.executemany(sql, rows))

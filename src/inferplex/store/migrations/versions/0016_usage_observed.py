@@ -5,8 +5,9 @@ The rollups (`usage_hourly`, `usage_daily`) are written by the database itself o
 so every writer (the usage log's COPY or executemany, the spool's replay, the CLI, SQL by hand) is counted
 once, in the transaction of its insert. On PostgreSQL the trigger is a statement trigger over a transition
 table: a COPY of 500 rows is grouped once and upserts one row per (bucket, model, provider, key, account) it
-touches, not 500. On SQLite, which has no statement triggers, it is a row trigger; the usage log's batch is
-one transaction on the writer thread, so the upserts share its commit. Deleting usage rows (pruning the log)
+touches, not 500. On SQLite, which has no statement triggers, it is a row trigger, paused while
+`usage_rollup_pause` has a row: the usage log's batches pause it inside their own transaction and roll the
+batch up once (store/sqlite_rollups.py), as PostgreSQL's statement trigger does. Deleting usage rows (pruning the log)
 leaves the rollups as they were: they are the history.
 
 The rows already in `usage` are rolled up here, once. The latency buckets are copied from
@@ -111,7 +112,12 @@ def _sqlite_trigger() -> str:
             f"INSERT INTO {table} ({_COLUMNS}) VALUES ({', '.join(values)}) "  # no alias inside a trigger
             f"ON CONFLICT (bucket, {', '.join(_KEYS)}) DO UPDATE SET {_added(table)};"
         )
-    return f"CREATE TRIGGER inferplex_usage_rollup AFTER INSERT ON usage BEGIN {' '.join(upserts)} END"
+    # Paused while `usage_rollup_pause` has a row: the usage log's batch rolls itself up once instead
+    # (store/sqlite_rollups.py), inside its own transaction, where no other writer can see the row.
+    return (
+        "CREATE TRIGGER inferplex_usage_rollup AFTER INSERT ON usage "
+        f"WHEN NOT EXISTS (SELECT 1 FROM usage_rollup_pause) BEGIN {' '.join(upserts)} END"
+    )
 
 
 def upgrade() -> None:
@@ -142,6 +148,7 @@ def upgrade() -> None:
     for table, seconds in _TABLES:  # what is already logged, before the trigger counts what comes
         op.execute(f"INSERT INTO {table} ({_COLUMNS}) {_grouped('usage', seconds, bucket)}")
     if sqlite:
+        op.create_table("usage_rollup_pause", sa.Column("paused", sa.Integer, nullable=False))
         op.execute(_sqlite_trigger())
     else:
         op.execute(_pg_function())
@@ -151,6 +158,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
         op.execute("DROP TRIGGER IF EXISTS inferplex_usage_rollup")
+        op.drop_table("usage_rollup_pause")
     else:
         op.execute("DROP TRIGGER IF EXISTS inferplex_usage_rollup ON usage")
         op.execute("DROP FUNCTION IF EXISTS inferplex_usage_rollup()")
