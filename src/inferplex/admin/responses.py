@@ -91,7 +91,9 @@ class LedgerList(TypedDict):
     has_more: bool  # older entries remain: ask again with `before` = the last entry's id
 
 
-class UsageRow(TypedDict):
+class UsageColumns(TypedDict):
+    """A usage row's columns, as the admin API's usage list and request log both answer them."""
+
     id: int
     request_id: str
     created_at: float
@@ -100,7 +102,10 @@ class UsageRow(TypedDict):
     model: str | None
     provider: str | None
     deployment: str | None
+    route: str | None  # the route template it came in on
+    operation: str | None  # the endpoint family: chat, embedding, image...
     status: int
+    error_type: str | None  # closed and fault-prefixed: caller.*, policy.*, provider.*, gateway.*
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
@@ -112,13 +117,13 @@ class UsageRow(TypedDict):
     queued_ms: float | None
     tags: list[str]
     end_user: str | None
+    attempt_errors: int  # attempts that failed (a request that failed over succeeded with 1 or more)
+
+
+class UsageRow(UsageColumns):
     request_body: Any
     response_body: Any
-    route: str | None
-    operation: str | None
-    error_type: str | None
     attempts: list[AttemptView] | None
-    attempt_errors: int
 
 
 class UsageList(TypedDict):
@@ -179,31 +184,7 @@ class AttemptView(TypedDict):
     latency_ms: float
 
 
-class RequestSummary(TypedDict):
-    id: int
-    request_id: str
-    created_at: float
-    key_id: str | None
-    account_id: str | None
-    model: str | None
-    provider: str | None
-    deployment: str | None
-    route: str | None  # the route template it came in on
-    operation: str | None  # the endpoint family: chat, embedding, image...
-    status: int
-    error_type: str | None  # closed and fault-prefixed: caller.*, policy.*, provider.*, gateway.*
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int
-    estimated: int
-    cost_micros: int
-    total_ms: float | None
-    upstream_ms: float | None
-    ttft_ms: float | None
-    queued_ms: float | None
-    tags: list[str]
-    end_user: str | None
-    attempt_errors: int  # attempts that failed (a request that failed over succeeded with 1 or more)
+class RequestSummary(UsageColumns):
     cursor: str  # pass as `before` to list the requests after this one
 
 
