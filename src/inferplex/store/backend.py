@@ -93,6 +93,12 @@ class Database(ABC):
     def __init__(self, url: str) -> None:
         self.url = url
 
+    @abstractmethod
+    def usage_inserted(self, conn: Connection, row_id: int) -> None:
+        """After the usage row `row_id` was inserted on `conn` outside `bulk_insert` (the spool's replay):
+        whatever the engine does not do by itself for it. PostgreSQL's trigger keeps the rollups (migration
+        0016), so nothing; SQLite rolls it up (store/sqlite_rollups.py)."""
+
     @property
     @abstractmethod
     def dialect(self) -> Dialect:

@@ -184,6 +184,9 @@ class PostgresDatabase(Database):
             out[item - 1] = _cap_reached(refusal)
         return out
 
+    def usage_inserted(self, conn: Connection, row_id: int) -> None:
+        pass  # the statement trigger of migration 0016 rolled it up
+
     def bulk_insert(self, table: Table, columns: Sequence[str]) -> BulkInsert:
         """COPY on the usage writer's own connection: a third of the client CPU of a multi-row INSERT and two
         thirds of the database's (docs/benchmarks.md). JSON columns are passed as text, which binary COPY

@@ -35,7 +35,7 @@ from inferplex.store.driver import DriverStatement, first_row, row_of
 from inferplex.store.group_commit import GroupCommitWriter
 from inferplex.store.key_cache import CountedKeyCache, KeyCache
 from inferplex.store.moves import ENTRY_COLUMNS, Move, Result, Spend, apply_rule, month_of
-from inferplex.store.sqlite_rollups import append_rolled_up
+from inferplex.store.sqlite_rollups import append_rolled_up, roll_up_from
 
 T = TypeVar("T")
 
@@ -173,6 +173,9 @@ class SQLiteDatabase(Database):
             return _spend(first_row(conn, self._key_spend, {"key": key}), None, month)
         return _spend(row, row["monthly_cap_micros"], month)
 
+    def usage_inserted(self, conn: Connection, row_id: int) -> None:
+        roll_up_from(conn, row_id)
+
     def bulk_insert(self, table: Table, columns: Sequence[str]) -> BulkInsert:
         """An executemany on the sqlite3 handle, in a transaction of the writer's own: SQLAlchemy's per-row
         parameter processing cost more CPU than SQLite's insert itself (docs/benchmarks.md)."""
@@ -180,7 +183,7 @@ class SQLiteDatabase(Database):
         names = ", ".join(quote.quote(c) for c in columns)
         sql = f"INSERT INTO {quote.format_table(table)} ({names}) VALUES ({', '.join('?' * len(columns))})"
 
-        if table.name == "usage":  # rolled up once per batch (store/sqlite_rollups.py), not by the row trigger
+        if table.name == "usage":  # rolled up once per batch (store/sqlite_rollups.py): SQLite has no trigger for it
 
             async def append_usage(rows: list[tuple[Any, ...]]) -> None:
                 await self._writer.write_raw(lambda conn: append_rolled_up(conn, sql, rows))

@@ -1,12 +1,13 @@
-"""The usage log's batches on SQLite, rolled up once per batch instead of once per row.
+"""The rollups of the usage table on SQLite, written by the gateway as it inserts usage rows.
 
-SQLite has no statement triggers, so migration 0016's trigger on `usage` upserts both rollups for every
-row: about 34 µs of the writer thread per usage row, which the gateway's own core paid under load (the writer
-shares it). For the usage log's batches (the one writer that matters for cost) the trigger is paused for the
-batch's transaction (a row in `usage_rollup_pause`, which the trigger's WHEN tests; no other connection can
-see it: SQLite has one writer, and it is deleted before the commit) and the batch is rolled up once, with the
-same grouping PostgreSQL's statement trigger uses, over the ids the batch took. Every other writer (the
-spool's replay, the CLI, SQL by hand) still goes through the row trigger, so each row is counted once.
+On PostgreSQL a statement trigger keeps `usage_hourly` and `usage_daily` (migration 0016). SQLite has only
+row triggers, and any AFTER trigger on `usage` costs every insert (measured at 8-13 µs a row with the trigger
+doing nothing, because the table's six index inserts then each seek again: the gateway's writer thread
+shares the request path's core), on top of its two upserts per row (34 µs). So on SQLite the gateway rolls
+up what it writes itself: a usage log batch once, with the grouping PostgreSQL's trigger uses, over the ids
+the batch took (`append_rolled_up`); a row the spool replays, alone (`roll_up_from`), in the same
+transaction as its insert. Rows written into a SQLite `usage` table by hand are not rolled up (documented in
+docs/operate.md, with the statement that rebuilds the rollups).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy.engine import Connection
+
 from inferplex.store.tables import LATENCY_BOUNDS_MS, LATENCY_COLUMNS
 
-PAUSE_TABLE = "usage_rollup_pause"
 _TABLES = (("usage_hourly", 3600), ("usage_daily", 86400))
 _KEYS = ("model", "provider", "key_id", "account_id")
 _SUMS = ("prompt_tokens", "completion_tokens", "cached_tokens", "cost_micros")
@@ -62,8 +64,12 @@ _UPSERTS = tuple(_upsert(table, seconds) for table, seconds in _TABLES)
 def append_rolled_up(conn: sqlite3.Connection, insert: str, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert `rows` into `usage` with `insert` and roll them up once, in the caller's transaction."""
     (last,) = conn.execute("SELECT coalesce(max(id), 0) FROM usage").fetchone()
-    conn.execute(f"INSERT INTO {PAUSE_TABLE} (paused) VALUES (1)")
     conn.executemany(insert, rows)
     for upsert in _UPSERTS:
         conn.execute(upsert, (last,))
-    conn.execute(f"DELETE FROM {PAUSE_TABLE}")
+
+
+def roll_up_from(conn: Connection, first_id: int) -> None:
+    """Roll up the usage rows from id `first_id` on (SQLAlchemy's connection, in its transaction)."""
+    for upsert in _UPSERTS:
+        conn.exec_driver_sql(upsert, (first_id - 1,))

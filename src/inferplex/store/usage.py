@@ -113,12 +113,14 @@ def cleaned(value: Any) -> Any:
     return value
 
 
-def _insert_once(row: dict[str, Any], conn: Connection) -> bool:
+def _insert_once(db: Database, row: dict[str, Any], conn: Connection) -> bool:
     """Insert `row` unless its request already has a usage row (ix_usage_request_id, migration 0006)."""
     found = conn.execute(select(t.usage.c.id).where(t.usage.c.request_id == row["request_id"]).limit(1)).first()
     if found is not None:
         return False
-    conn.execute(insert(t.usage).values(row))
+    key = conn.execute(insert(t.usage).values(row)).inserted_primary_key
+    assert key is not None  # a single-row INSERT always reports it
+    db.usage_inserted(conn, int(key[0]))
     return True
 
 
@@ -152,7 +154,7 @@ class UsageStore:
         for row in rows:
             clean = {k: cleaned(row[k] if k not in _LATER else row.get(k, _LATER[k])) for k in COLUMNS}
             try:
-                written += await self.db.write(lambda conn, r=clean: _insert_once(r, conn))  # type: ignore[misc]
+                written += await self.db.write(lambda conn, r=clean: _insert_once(self.db, r, conn))  # type: ignore[misc]
             except Exception as exc:
                 if unreachable(exc) is not None:
                     raise

@@ -1,14 +1,13 @@
-"""Usage rows say more (route, operation, error type, attempts), and hourly and daily rollups of them kept by
-triggers (issue 24: the console's usage charts at a million rows).
+"""Usage rows say more (route, operation, error type, attempts), and hourly and daily rollups of them (issue
+24: the console's usage charts at a million rows).
 
-The rollups (`usage_hourly`, `usage_daily`) are written by the database itself on every insert into `usage`,
-so every writer (the usage log's COPY or executemany, the spool's replay, the CLI, SQL by hand) is counted
-once, in the transaction of its insert. On PostgreSQL the trigger is a statement trigger over a transition
-table: a COPY of 500 rows is grouped once and upserts one row per (bucket, model, provider, key, account) it
-touches, not 500. On SQLite, which has no statement triggers, it is a row trigger, paused while
-`usage_rollup_pause` has a row: the usage log's batches pause it inside their own transaction and roll the
-batch up once (store/sqlite_rollups.py), as PostgreSQL's statement trigger does. Deleting usage rows (pruning the log)
-leaves the rollups as they were: they are the history.
+On PostgreSQL the rollups (`usage_hourly`, `usage_daily`) are written by the database itself on every insert
+into `usage`, so every writer (the usage log's COPY, the spool's replay, SQL by hand) is counted once, in the
+transaction of its insert: a statement trigger over a transition table, so a COPY of 500 rows is grouped once
+and upserts one row per (bucket, model, provider, key, account) it touches, not 500. SQLite has only row
+triggers, and any AFTER trigger on `usage` slows every insert into it, so there the gateway rolls up what it
+writes, in the same transaction (store/sqlite_rollups.py); rows written into SQLite by hand are not rolled
+up. Deleting usage rows (pruning the log) leaves the rollups as they were: they are the history.
 
 The rows already in `usage` are rolled up here, once. The latency buckets are copied from
 `store/tables.LATENCY_BOUNDS_MS` as they were when this was written (a migration is history).
@@ -94,32 +93,6 @@ _PG_TRIGGER = (
 )
 
 
-def _sqlite_trigger() -> str:
-    keys = [f"coalesce(NEW.{k}, '')" for k in _KEYS]
-    lat = [f"coalesce({test}, 0)" for test in _latency_buckets("NEW.total_ms")]
-    upserts = []
-    for table, s in _TABLES:
-        values = [
-            _SQLITE_BUCKET.format(seconds=s).replace("created_at", "NEW.created_at"),
-            *keys,
-            "1",
-            "NEW.status >= 400",
-            *(f"NEW.{c}" for c in _SUMS),
-            "coalesce(NEW.total_ms, 0)",
-            *lat,
-        ]
-        upserts.append(
-            f"INSERT INTO {table} ({_COLUMNS}) VALUES ({', '.join(values)}) "  # no alias inside a trigger
-            f"ON CONFLICT (bucket, {', '.join(_KEYS)}) DO UPDATE SET {_added(table)};"
-        )
-    # Paused while `usage_rollup_pause` has a row: the usage log's batch rolls itself up once instead
-    # (store/sqlite_rollups.py), inside its own transaction, where no other writer can see the row.
-    return (
-        "CREATE TRIGGER inferplex_usage_rollup AFTER INSERT ON usage "
-        f"WHEN NOT EXISTS (SELECT 1 FROM usage_rollup_pause) BEGIN {' '.join(upserts)} END"
-    )
-
-
 def upgrade() -> None:
     op.add_column("usage", sa.Column("route", sa.String(200)))
     op.add_column("usage", sa.Column("operation", sa.String(40)))
@@ -147,19 +120,13 @@ def upgrade() -> None:
     bucket = _SQLITE_BUCKET if sqlite else _PG_BUCKET
     for table, seconds in _TABLES:  # what is already logged, before the trigger counts what comes
         op.execute(f"INSERT INTO {table} ({_COLUMNS}) {_grouped('usage', seconds, bucket)}")
-    if sqlite:
-        op.create_table("usage_rollup_pause", sa.Column("paused", sa.Integer, nullable=False))
-        op.execute(_sqlite_trigger())
-    else:
+    if not sqlite:  # SQLite: the gateway rolls up what it writes (store/sqlite_rollups.py)
         op.execute(_pg_function())
         op.execute(_PG_TRIGGER)
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "sqlite":
-        op.execute("DROP TRIGGER IF EXISTS inferplex_usage_rollup")
-        op.drop_table("usage_rollup_pause")
-    else:
+    if op.get_bind().dialect.name != "sqlite":
         op.execute("DROP TRIGGER IF EXISTS inferplex_usage_rollup ON usage")
         op.execute("DROP FUNCTION IF EXISTS inferplex_usage_rollup()")
     for table, _ in reversed(_TABLES):
