@@ -143,8 +143,8 @@ def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, d
         ctx = Context(dialect=dialect)
         hub: Hub = getattr(request.app.state, "hub", NULL_HUB)
         ctx.hub = hub
+        ctx.route_template = TEMPLATES.get(run, "other")  # the usage row keeps it, whoever listens
         if hub.active:
-            ctx.route_template = TEMPLATES.get(run, "other")
             ctx.trace = request.headers  # the caller's trace context, for a tracing sink to read (it replaces it)
             hub.started(ctx, request.method)
             try:

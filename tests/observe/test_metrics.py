@@ -8,6 +8,7 @@ one whose model answers 503 and falls back to another model.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -216,6 +217,16 @@ def test_metrics_off_serve_nothing(fake_openai: FakeOpenAI) -> None:
         answer = httpx.get(server.url + "/metrics", headers=server.auth, timeout=10)
         assert answer.status_code == 404
         assert answer.json()["error"]["code"] == "metrics_not_served"
+        # with no sink listening, the usage row still says which route the request came in on
+        client = openai.OpenAI(base_url=server.base_url, api_key=server.master_key, max_retries=0)
+        made = client.chat.completions.with_raw_response.create(model="echo-model", messages=HI)  # type: ignore[arg-type]
+        request_id = made.headers["x-inferplex-request-id"]
+        for _ in range(100):
+            found = httpx.get(f"{server.url}/admin/requests/{request_id}", headers=server.auth, timeout=10)
+            if found.status_code == 200:
+                break
+            time.sleep(0.05)
+        assert found.status_code == 200 and found.json()["route"] == "/v1/chat/completions"
 
 
 def test_key_labels_only_when_turned_on(fake_openai: FakeOpenAI, served: GatewayServer) -> None:
