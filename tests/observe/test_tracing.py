@@ -30,13 +30,6 @@ STAGES = {"auth", "limits", "routing", "settle"}
 
 
 @pytest.fixture(scope="module")
-def collector() -> Iterator[Collector]:
-    c = Collector().start()
-    yield c
-    c.stop()
-
-
-@pytest.fixture(scope="module")
 def fake() -> Iterator[FakeOpenAI]:
     f = FakeOpenAI(UPSTREAM_KEY).start()
     yield f

@@ -47,13 +47,6 @@ MSG: Any = [{"role": "user", "content": "trace me"}]
 
 
 @pytest.fixture(scope="module")
-def collector() -> Iterator[Collector]:
-    c = Collector().start()
-    yield c
-    c.stop()
-
-
-@pytest.fixture(scope="module")
 def audio(monkeypatch_module: pytest.MonkeyPatch) -> Iterator[FakeOpenAIAudio]:
     monkeypatch_module.setenv("TRACED_AUDIO_KEY", AUDIO_KEY)
     fake = FakeOpenAIAudio("openai", AUDIO_KEY).start()
