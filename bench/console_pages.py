@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,7 +23,7 @@ from urllib.parse import parse_qsl
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from console_usage import NOW, Engine, make_rows, write
+from console_usage import NOW, Engine, make_rows, timed, write
 
 from inferplex.console import render, usage_pages
 from inferplex.console.request_pages import filters, read_page
@@ -60,16 +58,6 @@ async def usage_view(accounts: Any, params: dict[str, str]) -> tuple[usage_pages
         data=usage_pages.chart_data(sel, usage), csv_href="",
     )  # fmt: skip
     return usage, html
-
-
-async def timed(repeat: int, run: Any) -> tuple[float, float, Any]:
-    answer = await run()
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        answer = await run()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times), max(times), answer
 
 
 async def bench(kind: str, args: argparse.Namespace) -> None:
