@@ -131,6 +131,9 @@ class Context:
     operation: str | None = None
     # The error the caller received (the edge rendered it); a stream's mid-way failure is `failure`.
     error: GatewayError | None = None
+    # What the router raised when no deployment could answer (or the caller left meanwhile): the failed
+    # settlement types the usage row from it (accounts/guard.py).
+    routing_error: BaseException | None = None
     # (stage, start, end) in perf_counter seconds, for traces: None unless a sink asked for them (tracing
     # sets a list in `started`), so the request path pays one `is None` test per stage otherwise.
     stages: list[tuple[str, float, float]] | None = None

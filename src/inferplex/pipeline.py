@@ -362,7 +362,7 @@ class Pipeline:
             ctx.timings.mark_upstream_start()
             return await invoke(self.adapter(family, target), request, target, ctx.info)
 
-        response = await self._routed(ctx, resolved, admission, call)
+        response = await self.routed(ctx, resolved, admission, call)
         ctx.answer = response
         if isinstance(response, Mapping):
             ctx.usage = cast("Usage | None", response.get("usage"))
@@ -370,20 +370,29 @@ class Pipeline:
         await _settle(admission, ctx, ctx.usage, failed=False)
         return response
 
-    async def _routed(
-        self, ctx: Context, resolved: Resolved, admission: Admission, call: Callable[[Target], Awaitable[T]]
+    async def routed(
+        self,
+        ctx: Context,
+        resolved: Resolved,
+        admission: Admission,
+        call: Callable[[Target], Awaitable[T]],
+        *,
+        stream: bool = False,
     ) -> T:
-        """Route `call`; a call that fails on every target settles the admission as failed (it costs nothing).
-        On success settling is the caller's: a processor may run first."""
+        """Route `call`; a call that fails on every target settles the admission as failed (it costs nothing),
+        with the router's error on the context for the usage row. On success settling is the caller's: a
+        processor may run first, and a stream settles when it ends (so its upstream part is not over yet)."""
         started = time.perf_counter()
         try:
             response = await self.router.run(ctx, resolved, call)
+        except BaseException as exc:
             ctx.stage("routing", started)
-        except BaseException:
-            ctx.stage("routing", started)
+            ctx.routing_error = exc
             await _settle(admission, ctx, None, failed=True)
             raise
-        ctx.timings.mark_upstream_end()
+        ctx.stage("routing", started)
+        if not stream:
+            ctx.timings.mark_upstream_end()
         return response
 
     async def _prepare(
@@ -427,7 +436,7 @@ class Pipeline:
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return response
 
-        response = await self._routed(ctx, resolved, admission, call)
+        response = await self.routed(ctx, resolved, admission, call)
         ctx.usage = response.get("usage")
         if run is None:
             ctx.response = response
@@ -468,14 +477,7 @@ class Pipeline:
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return first, chunks
 
-        started = time.perf_counter()
-        try:
-            first, rest = await self.router.run(ctx, resolved, call)
-            ctx.stage("routing", started)
-        except BaseException:
-            ctx.stage("routing", started)
-            await _settle(admission, ctx, None, failed=True)
-            raise
+        first, rest = await self.routed(ctx, resolved, admission, call, stream=True)
         stream = ChatStream(first, rest, ctx, admission, request.body)
         if run is not None:
             stream.wrap(run.stream)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -392,9 +391,9 @@ class _Admission:
         if failed:
             last = ctx.attempt_log[-1].status if ctx.attempt_log else None
             status = last if last and last >= 400 else 502
-            # A failed settlement runs while the routing failure is being handled (pipeline._routed): that
-            # error, not the upstream's status alone, says whose fault it was (a timeout, no deployment left).
-            kind = _failure_type(ctx.failure or sys.exc_info()[1])
+            # The router's error, not the upstream's status alone, says whose fault it was (a timeout, no
+            # deployment left, the caller gone): Pipeline.routed keeps it on the context.
+            kind = _failure_type(ctx.failure or ctx.routing_error)
         elif ctx.failure is not None:  # a stream that failed mid-way, billed for what it delivered
             status = ctx.failure.status
         age = time.monotonic() - self.admitted_at

@@ -8,7 +8,6 @@ console/static, docs/architecture.md says why). The Content-Security-Policy allo
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,6 +18,7 @@ from starlette.datastructures import FormData
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from inferplex.console.query import utc
 from inferplex.console.session import Session, SignInRequired
 from inferplex.errors import GatewayError, InvalidRequest, Unavailable
 from inferplex.store.backend import unreachable
@@ -50,10 +50,8 @@ def dollars(micros: int | None) -> str:
 
 
 def when(seconds: float | None) -> str:
-    """UNIX seconds as UTC, to the second."""
-    if seconds is None:
-        return "—"
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """UNIX seconds as UTC, to the second, as every page shows a moment (`query.utc`); a dash for none."""
+    return utc(seconds) or "—"
 
 
 ENV = jinja2.Environment(

@@ -281,12 +281,7 @@ async def maybe_native(
             ctx.timings.mark_upstream_start()
             return await upstream(target).responses({**sent, "model": target.upstream_model}, target, ctx.info)
 
-        try:
-            answer = await pipeline.router.run(ctx, resolved, call)
-        except BaseException:
-            await admission.settle(ctx, None, failed=True)
-            raise
-        ctx.timings.mark_upstream_end()
+        answer = await pipeline.routed(ctx, resolved, admission, call)
         ctx.usage = chat_usage(answer.get("usage"))
         ctx.response = response = public(answer)
         await admission.settle(ctx, ctx.usage, failed=False)
@@ -297,11 +292,7 @@ async def maybe_native(
         events = upstream(target).responses_stream({**sent, "model": target.upstream_model}, target, ctx.info)
         return await first_item(events, target), events
 
-    try:
-        first, rest = await pipeline.router.run(ctx, resolved, opened)
-    except BaseException:
-        await admission.settle(ctx, None, failed=True)
-        raise
+    first, rest = await pipeline.routed(ctx, resolved, admission, opened, stream=True)
     return NativeStream(first, rest, ctx, admission, public)
 
 
