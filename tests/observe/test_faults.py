@@ -48,3 +48,15 @@ def test_every_type_is_in_the_closed_list_and_prefixed_by_a_fault() -> None:
 def test_a_providers_own_code_never_becomes_a_label() -> None:
     err = errors.UpstreamError("quota", upstream_status=429, code="some_vendor_specific_code_12345")
     assert error_type(err, 502) == "provider.upstream_error"
+
+
+def test_a_finished_request_is_typed_the_same_way_by_every_sink() -> None:
+    from inferplex.context import Context
+    from inferplex.observe.faults import of_request
+
+    assert of_request(Context(), 200) is None
+    assert of_request(Context(), 499) == "caller.disconnected"
+    assert of_request(Context(error=errors.RateLimited("slow")), 429) == "policy.rate_limited"
+    assert of_request(Context(), 404) == "caller.not_found"  # answered without a GatewayError (Starlette's 404)
+    midway = Context(failure=errors.UpstreamTimeout("stalled"))
+    assert of_request(midway, 200) == "provider.timeout"  # a stream that failed after its first byte

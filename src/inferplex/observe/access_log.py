@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from inferplex.config import Config
-from inferplex.observe.faults import error_type
+from inferplex.observe.faults import of_request
 from inferplex.observe.hub import Env, Sink
 from inferplex.observe.settings import RequestLogConfig
 from inferplex.translate.openai_shapes import completion_from_chunks
@@ -65,7 +65,7 @@ def line(ctx: Context, method: str, status: int, streaming: bool, bodies: bool) 
         "dialect": ctx.dialect,
         "operation": ctx.operation,
         "status": status,
-        "error_type": error_type(err, status),
+        "error_type": of_request(ctx, status),
         "error": None if err is None else {"code": err.code, "message": err.message[:_MESSAGE_CHARS]},
         "key_id": principal.key_id,
         "account_id": principal.account_id,

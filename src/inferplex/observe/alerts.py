@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection
 from inferplex.config import Config
 from inferplex.errors import SpendingCapReached
 from inferplex.observe.alerts_outbox import Deliverer, Event, Hook, Outbox
-from inferplex.observe.faults import error_type
+from inferplex.observe.faults import of_request
 from inferplex.observe.hub import Env, Sink
 from inferplex.observe.settings import AlertsConfig
 from inferplex.store import tables as t
@@ -168,7 +168,7 @@ class AlertsSink(Sink):
         if account is not None and (ctx.cost_micros or isinstance(ctx.error, SpendingCapReached)):
             self._spent_accounts.add(account)
             self._spent_keys.add(ctx.principal.key_id)
-        kind = error_type(ctx.failure or ctx.error, status)
+        kind = of_request(ctx, status)
         fault = None if kind is None else kind.split(".", 1)[0]
         if fault in ("caller", "policy") or (fault is None and ctx.operation is None):
             return  # not a request the gateway tried to serve (refused, or an admin call): not in the rate

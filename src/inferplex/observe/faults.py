@@ -9,6 +9,7 @@ store was down, or a bug).
 
 from __future__ import annotations
 
+from inferplex.context import Context
 from inferplex.errors import (
     GatewayError,
     PermissionDenied,
@@ -88,6 +89,19 @@ def error_type(error: GatewayError | None, status: int) -> str | None:
     if isinstance(error, PermissionDenied):
         return "policy.insufficient_credits" if error.code == "insufficient_credits" else "policy.permission_denied"
     return _BY_STATUS.get(error.status, "gateway.internal" if error.status >= 500 else "caller.invalid_request")
+
+
+def of_request(ctx: Context, status: int) -> str | None:
+    """The closed type of how a finished request went, as every sink labels it: the caller left (499); the
+    error the edge rendered (or a 4xx/5xx answered without one); else a stream's failure after its first
+    byte (status 200, `ctx.failure`); None for a success."""
+    if status == 499:
+        return "caller.disconnected"
+    if ctx.error is not None or status >= 400:
+        return error_type(ctx.error, status)
+    if ctx.failure is not None:
+        return error_type(ctx.failure, ctx.failure.status)
+    return None
 
 
 def fault_of(kind: str | None) -> str | None:

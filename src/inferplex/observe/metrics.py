@@ -27,7 +27,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 
 from inferplex import __version__
 from inferplex.config import Config, ProviderConfig
-from inferplex.observe.faults import error_type
+from inferplex.observe.faults import of_request
 from inferplex.observe.hub import Env, Sink
 from inferplex.observe.metrics_listener import listen
 from inferplex.observe.metrics_series import Collector, Counter, Gauge, Histogram, Labels, observe_row
@@ -253,14 +253,7 @@ class MetricsSink(Sink):
         if streaming:
             self._streams -= 1
         seconds = time.perf_counter() - ctx.timings.start
-        if status == 499:
-            kind = "caller.disconnected"
-        elif ctx.error is not None or status >= 400:
-            kind = error_type(ctx.error, status) or ""
-        elif ctx.failure is not None:  # a stream that failed after its first byte (status 200)
-            kind = error_type(ctx.failure, ctx.failure.status) or ""
-        else:
-            kind = ""
+        kind = of_request(ctx, status) or ""
         key: Labels = ()
         if self._key_labels:
             key = ("" if kind == "policy.unauthenticated" else ctx.principal.key_id or "",)

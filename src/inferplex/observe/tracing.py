@@ -48,7 +48,7 @@ from inferplex import __version__
 from inferplex.config import Config
 from inferplex.context import Attempt, Context
 from inferplex.observe import genai
-from inferplex.observe.faults import error_type, fault_of
+from inferplex.observe.faults import error_type, fault_of, of_request
 from inferplex.observe.hub import Env, Sink
 from inferplex.observe.settings import TracingConfig
 from inferplex.observe.tracing_content import Replies, input_messages, output_messages
@@ -266,7 +266,7 @@ class TracingSink(Sink):
         reasons = _finish_reasons(ctx, response)
         if reasons:
             attrs["gen_ai.response.finish_reasons"] = reasons
-        kind = error_type(ctx.error or ctx.failure, status)
+        kind = of_request(ctx, status)
         if kind is not None:
             attrs["error.type"] = kind
             if fault_of(kind) in ("provider", "gateway"):
