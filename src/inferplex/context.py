@@ -46,6 +46,12 @@ class Attempt:
     error: str | None = None
     latency_ms: float = 0.0
 
+    def view(self) -> dict[str, object]:
+        """The attempt as the usage row and the request log keep it: its error cut to 500 characters, its
+        latency to 0.01 ms."""
+        return {"deployment": self.deployment, "model": self.model, "outcome": self.outcome, "status": self.status,
+                "error": self.error[:500] if self.error else None, "latency_ms": round(self.latency_ms, 2)}  # fmt: skip
+
 
 class Hooks(Protocol):
     """What the request path reports to while it runs: `observe.hub.Hub` (declared here, not imported, so the

@@ -89,7 +89,6 @@ def _cap_reached(found: CapReached, amount: int, request_id: str, inferada: bool
     )
 
 
-_ERROR_CHARS = 300  # of an attempt's error message kept in the usage row (the console shows it)
 _FAILED = ("error", "failed_midstream")  # an attempt's outcomes that count against its deployment
 
 
@@ -306,11 +305,7 @@ class AccountGuard:
         """Queue the request's usage row; `kind` is its closed error type when the caller knows it (else from
         a stream's mid-way failure, or the status)."""
         p = ctx.principal
-        attempts = [
-            {"deployment": a.deployment, "model": a.model, "outcome": a.outcome, "status": a.status,
-             "error": a.error[:_ERROR_CHARS] if a.error else a.error, "latency_ms": a.latency_ms}
-            for a in ctx.attempt_log
-        ]  # fmt: skip
+        attempts = [a.view() for a in ctx.attempt_log]
         total_ms, upstream_ms = ctx.timings.spans_ms()
         target = ctx.target
         tags = [*p.tags, *request.options.tags]

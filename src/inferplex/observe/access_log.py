@@ -31,7 +31,7 @@ from inferplex.observe.settings import RequestLogConfig
 from inferplex.translate.openai_shapes import completion_from_chunks
 
 if TYPE_CHECKING:
-    from inferplex.context import Attempt, Context
+    from inferplex.context import Context
 
 log = logging.getLogger("inferplex.observe")
 
@@ -73,7 +73,7 @@ def line(ctx: Context, method: str, status: int, streaming: bool, bodies: bool) 
         "provider": target.provider.name if target is not None else None,
         "deployment": target.key if target is not None else None,
         "upstream_model": target.upstream_model if target is not None else None,
-        "attempts": [_attempt(a) for a in ctx.attempt_log],
+        "attempts": [a.view() for a in ctx.attempt_log],
         "stream": streaming,
         "timings": {
             "total_ms": _ms(total_ms),
@@ -101,12 +101,6 @@ def _request_body(ctx: Context) -> Any:
     body = getattr(ctx.request, "body", None)
     dump = getattr(body, "model_dump", None)
     return dump(mode="json", exclude_none=True) if dump is not None else None
-
-
-def _attempt(a: Attempt) -> dict[str, Any]:
-    error = a.error[:_MESSAGE_CHARS] if a.error else None
-    return {"deployment": a.deployment, "model": a.model, "outcome": a.outcome, "status": a.status,
-            "latency_ms": _ms(a.latency_ms), "error": error}  # fmt: skip
 
 
 def _response_body(ctx: Context) -> Any:
