@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from inferplex import shared_state
 from inferplex.accounts.auth import KeyAuth
 from inferplex.accounts.guard import AccountGuard
 from inferplex.accounts.tokens import load_secret
@@ -21,6 +22,7 @@ from inferplex.limits import LimitStore
 from inferplex.limits.memory import MemoryLimits
 from inferplex.limits.redis import RedisLimits
 from inferplex.limits.slots import FairSlots
+from inferplex.shared_state.limits import SharedLimits
 from inferplex.store.backend import Database
 from inferplex.store.engine import default_url, open_database
 from inferplex.store.keys import KeyStore
@@ -48,6 +50,9 @@ def limit_store(config: Config) -> LimitStore:
             lease_s=s.redis_lease_s,
             max_hold_s=longest_s,
         )
+    shared = shared_state.configured()  # one of several workers on a machine: the coordinator keeps them
+    if shared:
+        return SharedLimits(shared, fail_open=s.redis_failure == "open", timeout_s=s.redis_timeout_s)
     return MemoryLimits()
 
 
@@ -78,7 +83,8 @@ class AccountServices:
         recovery = Recovery.configured(config, ledger, usage, spool)
         recovery.start()
         limits = limit_store(config)
-        poll = 0.01 if config.storage.redis_url else 0.25
+        # Slots freed by another replica or worker are seen only by polling the shared store.
+        poll = 0.01 if config.storage.redis_url or isinstance(limits, SharedLimits) else 0.25
         guard = AccountGuard(ledger, limits, FairSlots(limits, poll), usage_log, config.accounts)
         secret_ref = config.accounts.token_secret
         secret = load_secret(secret_ref.get_secret_value() if secret_ref else None, config.server.data_dir)

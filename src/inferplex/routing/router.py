@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
+from inferplex import shared_state
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import Config, CooldownConfig, ModelConfig, Timeouts
 from inferplex.context import Attempt, Context
@@ -46,6 +47,7 @@ from inferplex.routing.pricing import comparable_price
 from inferplex.routing.retry import Verdict, classify, wait_before_retry
 from inferplex.routing.stats import Stats
 from inferplex.routing.strategies import SORT_STRATEGY, Candidate, apply_order, rank
+from inferplex.shared_state.cooldowns import SharedCooldowns
 from inferplex.targets import Target
 
 T = TypeVar("T")
@@ -423,10 +425,18 @@ class Router:
 
 
 def build_router(config: Config, catalog: Catalog) -> Router:
-    """The router for a configuration: cooldowns shared through Redis when a URL is configured.
+    """The router for a configuration: cooldowns shared through Redis when a URL is configured, else
+    through the machine's coordinator when this is one of several workers (shared_state/), else its own.
 
     The URL is `routing.redis_url`, else the accounts store's `storage.redis_url` when that section exists.
     """
     url = config.routing.redis_url or config.storage.redis_url
-    cooldowns: Cooldowns = RedisCooldowns(url, config.routing.redis_prefix) if url else MemoryCooldowns()
+    shared = shared_state.configured()  # one of several workers on a machine, no Redis: the coordinator's
+    cooldowns: Cooldowns
+    if url:
+        cooldowns = RedisCooldowns(url, config.routing.redis_prefix)
+    elif shared:
+        cooldowns = SharedCooldowns(shared, timeout_s=config.storage.redis_timeout_s)
+    else:
+        cooldowns = MemoryCooldowns()
     return Router(catalog, cooldowns)

@@ -1,0 +1,211 @@
+"""The coordinator: one process that holds every worker's limits and breakers, so they are global on one
+machine without Redis.
+
+It keeps the in-process stores a single gateway uses (limits/memory.py, routing/cooldown.py's
+MemoryCooldowns) and applies each worker's batch of operations in turn, as one event-loop step: a frame is
+never interleaved with another, so a rate admits exactly its limit across all workers, with one clock.
+
+Concurrency slots belong to the connection that took them. When a worker dies, its connection closes and
+its slots are freed at once (no lease to wait out). When a worker reconnects (the coordinator restarted, or
+the link timed out), its first call re-declares the slots its running requests hold, so a restarted
+coordinator knows them; that call takes ownership, and the old connection's close frees only what it still
+owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from inferplex.config import CooldownConfig
+from inferplex.limits import Hold, Rate
+from inferplex.limits.memory import MemoryLimits
+from inferplex.routing.cooldown import Gate, MemoryCooldowns
+from inferplex.shared_state.wire import CALL, OPENED, REPLY, frame, read_frame
+
+log = logging.getLogger("inferplex.shared_state")
+
+Slot = tuple[str, str]
+_GATES = {Gate.CLOSED: 0, Gate.PROBE: 1, Gate.OPEN: 2}
+_STATES = {"closed": 0, "half_open": 1, "open": 2}
+
+
+class _Peer:
+    __slots__ = ("hears_openings", "slots", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.slots: set[Slot] = set()
+        self.hears_openings = False
+
+
+class Coordinator:
+    def __init__(self) -> None:
+        self.limits = MemoryLimits()
+        self.cooldowns = MemoryCooldowns()
+        self._owner: dict[Slot, _Peer] = {}
+        self._peers: set[_Peer] = set()
+        self._policies: dict[tuple[int, float, float], CooldownConfig] = {}
+        self._ops: dict[str, Callable[[_Peer, list[Any]], Any]] = {
+            "a": self._admit,
+            "f": self._finish,
+            "t": self._try_acquire,
+            "q": self._take,
+            "u": self._in_use,
+            "h": self._hold,
+            "c": self._check,
+            "x": self._failure,
+            "s": self._success,
+            "z": self._states,
+        }
+
+    async def serve(self, path: str) -> asyncio.Server:
+        server = await asyncio.start_unix_server(self._connected, path)
+        os.chmod(path, 0o600)  # only the gateway's own user may talk to it
+        return server
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = _Peer(writer)
+        self._peers.add(peer)
+        try:
+            while True:
+                kind, ops = await read_frame(reader)
+                if kind != CALL:
+                    raise ConnectionError(f"unexpected frame {kind!r}")
+                writer.write(frame(REPLY, [await self._apply(peer, op) for op in ops]))
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            if not isinstance(exc, asyncio.IncompleteReadError):
+                log.warning("shared state: a worker's connection failed: %s", exc)
+        except Exception:
+            log.exception("shared state: a worker sent what could not be applied; its connection is closed")
+        finally:
+            self._peers.discard(peer)
+            self._gone(peer)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _apply(self, peer: _Peer, op: list[Any]) -> Any:
+        result = self._ops[op[0]](peer, op)
+        if asyncio.iscoroutine(result):  # the memory stores' methods are async but never wait
+            return await result
+        return result
+
+    def _gone(self, peer: _Peer) -> None:
+        """A worker's connection closed: the slots it still owns are free (its requests are gone with it,
+        or it re-declares them on a new connection, which then owns them)."""
+        mine = [slot for slot in peer.slots if self._owner.get(slot) is peer]
+        for slot in mine:
+            del self._owner[slot]
+        if mine:
+            self.limits.finish((), mine)
+            log.info("shared state: %d concurrency slots of a closed connection freed", len(mine))
+
+    def _own(self, peer: _Peer, slot: Slot) -> None:
+        peer.slots.add(slot)
+        self._owner[slot] = peer
+
+    def _disown(self, peer: _Peer, slot: Slot) -> None:
+        peer.slots.discard(slot)
+        if self._owner.get(slot) is not None:
+            self._owner[slot].slots.discard(slot)
+            del self._owner[slot]
+
+    # Limits: ["a", rates, holds], ["f", charges, releases], ["t", key, limit, holder], ["q", rate],
+    # ["u", key], ["h", slots]. A rate is [key, amount, limit, window_s, slots, age_s]; a hold [key, limit,
+    # holder]; a slot or release [key, holder].
+
+    async def _admit(self, peer: _Peer, op: list[Any]) -> list[Any]:
+        holds = [Hold(*h) for h in op[2]]
+        verdict = await self.limits.admit([Rate(*r) for r in op[1]], holds)
+        for hold, taken in zip(holds, verdict.taken, strict=True):
+            if taken:
+                self._own(peer, (hold.key, hold.holder))
+        return [verdict.wait, verdict.worst, verdict.taken, verdict.used]
+
+    def _finish(self, peer: _Peer, op: list[Any]) -> int:
+        releases = [(key, holder) for key, holder in op[2]]
+        for slot in releases:
+            self._disown(peer, slot)
+        self.limits.finish([Rate(*r) for r in op[1]], releases)
+        return 1
+
+    async def _try_acquire(self, peer: _Peer, op: list[Any]) -> bool:
+        taken = await self.limits.try_acquire(op[1], op[2], op[3])
+        if taken:
+            self._own(peer, (op[1], op[3]))
+        return taken
+
+    async def _take(self, peer: _Peer, op: list[Any]) -> list[Any]:
+        return list(await self.limits.take(Rate(*op[1])))
+
+    async def _in_use(self, peer: _Peer, op: list[Any]) -> int:
+        return await self.limits.in_use(op[1])
+
+    async def _hold(self, peer: _Peer, op: list[Any]) -> int:
+        """A reconnecting worker's slots, held by requests still running there: taken whatever the limit (they
+        were admitted under it), and owned by this connection from now on."""
+        for key, holder in op[1]:
+            await self.limits.try_acquire(key, sys.maxsize, holder)
+            self._own(peer, (key, holder))
+        return len(op[1])
+
+    # Breakers: ["c", key, failures, window, period], ["x", ...the same], ["s", key], ["z", keys].
+
+    def _policy(self, op: list[Any]) -> CooldownConfig:
+        shape = (int(op[2]), float(op[3]), float(op[4]))
+        found = self._policies.get(shape)
+        if found is None:
+            found = self._policies[shape] = CooldownConfig(failures=shape[0], window=shape[1], period=shape[2])
+        return found
+
+    async def _check(self, peer: _Peer, op: list[Any]) -> list[Any]:
+        peer.hears_openings = True
+        check = await self.cooldowns.check(op[1], self._policy(op))
+        return [_GATES[check.gate], check.retry_in]
+
+    async def _failure(self, peer: _Peer, op: list[Any]) -> bool:
+        peer.hears_openings = True
+        opened = await self.cooldowns.failure(op[1], self._policy(op))
+        if opened:
+            told = frame(OPENED, op[1])
+            for other in self._peers:
+                if other.hears_openings and other is not peer:
+                    other.writer.write(told)
+        return opened
+
+    async def _success(self, peer: _Peer, op: list[Any]) -> None:
+        await self.cooldowns.success(op[1])
+
+    async def _states(self, peer: _Peer, op: list[Any]) -> list[Any]:
+        return [[_STATES[state], wait] for state, wait in await self.cooldowns.states(op[1])]
+
+
+async def run(path: str, parent: int | None = None) -> None:
+    """Serve on `path` until SIGTERM or SIGINT or, when `parent` is given, until that process is gone (a
+    coordinator must not outlive its supervisor)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a socket left by a coordinator that died; the caller checked none answers on it
+    server = await Coordinator().serve(path)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    log.info("shared state coordinator listening on %s (pid %d)", path, os.getpid())
+    try:
+        async with server:
+            while not stopping.is_set():
+                if parent is not None and os.getppid() != parent:
+                    log.warning("shared state coordinator: its supervisor (pid %d) is gone; exiting", parent)
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), 1.0)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
