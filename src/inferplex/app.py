@@ -45,6 +45,7 @@ from inferplex.providers.registry import load_factory
 from inferplex.responses_api import wiring as responses_wiring
 from inferplex.routing.router import build_router
 from inferplex.services import Services, json_limits
+from inferplex.serving.readiness import ready
 
 
 @dataclass(slots=True)
@@ -60,6 +61,7 @@ def build_adapters(config: Config, resources: Resources) -> dict[str, Adapter]:
 
 
 async def _health(request: Request) -> Response:
+    """Liveness: 200 while the process runs, draining or not (readiness is `/health/ready`, serving/)."""
     return json_response({"status": "ok"})
 
 
@@ -186,7 +188,8 @@ def create_app(config: Config, master_key: str) -> Gateway:
             await media.aclose()
             await accounts.aclose()
 
-    routes = [Route("/health", _health, methods=["GET"]), *(r for d in dialects() for r in d.routes)]
+    health = [Route("/health", _health, methods=["GET"]), Route("/health/ready", ready, methods=["GET"])]
+    routes: list[BaseRoute] = [*health, *(r for d in dialects() for r in d.routes)]
     routes += admin_routes.routes
     routes += observe_routes.ROUTES
     if config.console.enabled:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import secrets
 import shlex
@@ -134,41 +133,31 @@ def _check(path: str) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from inferplex.app import create_app
-    from inferplex.http_server import GatewayHTTPProtocol
-
-    config, source = _load(args.config)
+def _validated(path: str | None) -> tuple[Config, str]:
+    """The config `serve` would run with, checked as it checks it at start (a reload checks the same)."""
+    config, source = _load(path)
     check_pricing(config, source)
     _check_adapters(config, source)
+    return config, source
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from inferplex.serving import worker
+
+    config, source = _validated(args.config)
     host = args.host or config.server.host
     port = args.port if args.port is not None else config.server.port
     key = resolve_master_key(config, source)
-    app = create_app(config, key.value)
+    workers = args.workers or config.server.workers or worker.worker_count()
     example = next((m.name for m in config.models if m.type == "chat"), DEFAULT_CHAT_MODEL)
     print(banner(host, port, source, key, example), flush=True)
-    # Requests leave almost no reference cycles, but the default thresholds run full collections that
-    # pause the loop for tens of ms under load (docs/benchmarks.md): freeze what start-up allocated and
-    # collect the young generation less often. A young collection scans what is still alive, not what was
-    # allocated, so its cost per request falls with its frequency: 200,000 saved 2% of CPU over 50,000.
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(200_000, 50, 50)
-    uvicorn.run(
-        app,
-        host=host,
-        port=port,
-        loop="uvloop",
-        http=GatewayHTTPProtocol,
-        log_level=config.server.log_level,
-        access_log=False,
-        server_header=False,
-        date_header=False,
-        proxy_headers=False,  # X-Forwarded-For is trusted only from configured proxies (accounts/auth)
-    )
-    return 0
+    worker.configure_logging(config)
+    if workers == 1:  # no supervisor: what each replica of a fleet runs (its orchestrator restarts it)
+        return worker.serve(config, key.value, host, port)
+    from inferplex.serving.supervisor import Plan, Supervisor
+
+    plan = Plan(host, port, args.config or os.environ.get("INFERPLEX_CONFIG") or None, args.workers)
+    return Supervisor(plan, config, _validated, lambda c, s: resolve_master_key(c, s).value).run()
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -201,6 +190,13 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferplex", description="A self-hosted LLM inference gateway.")
     parser.add_argument("--version", action="version", version=f"inferplex {__version__}")
@@ -209,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--config", help="YAML config file (default: $INFERPLEX_CONFIG, else embedded defaults)")
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
+    serve.add_argument(
+        "--workers",
+        type=_positive,
+        help="worker processes sharing the port (default: server.workers, else one per core)",
+    )
     worker = sub.add_parser("worker", help="run the batch worker without serving HTTP")
     worker.add_argument("--config", help="YAML config file (default: $INFERPLEX_CONFIG, else embedded defaults)")
     config = sub.add_parser("config", help="configuration tools")

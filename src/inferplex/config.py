@@ -227,6 +227,14 @@ class ServerConfig(_Strict):
     max_json_depth: int = Field(64, ge=2, le=200)
     max_json_items: int = Field(100_000, ge=1)
     max_json_string_chars: int = Field(10_485_760, ge=1)
+    # Serving (serving/, docs/deploy.md). `workers`: processes sharing the port under a supervisor (None: one
+    # per core; `--workers` wins). On SIGTERM a process answers 503 on /health/ready at once, keeps accepting
+    # for `drain_delay_s` (so a load balancer's health checks take it out first), then stops accepting and
+    # gives requests and streams in flight `drain_s` to finish; what is still open then is cut, and settled
+    # as for a caller who left.
+    workers: int | None = Field(None, ge=1, le=256)
+    drain_delay_s: float = Field(0.0, ge=0, le=600)
+    drain_s: float = Field(30.0, ge=0, le=3600)
 
 
 class StorageConfig(_Strict):
@@ -243,9 +251,20 @@ class StorageConfig(_Strict):
     `spool_flush_s`: how often what a failed write left in the local spool is written again.
     `orphan_release_s`: a reservation with no settlement this old is released (docs/accounts.md, "Under
     store outages"); default: the longest `routing.max_deadline` of any model, plus ten minutes.
+    `pooler`: `transaction` when `database_url` reaches PostgreSQL through a pooler in transaction mode
+    (PgBouncer's `pool_mode = transaction`): no statement is prepared by name, since a named statement lives
+    in one server session and the pooler hands each transaction to any of them.
+    `direct_database_url`: PostgreSQL itself, not the pooler, for what needs a session of its own: the
+    LISTEN that keeps key records cached, and the migrations. Without it behind a transaction pooler the
+    migrations go through the pooler (their lock is held by their transaction) and the key cache is off:
+    every keyed request reads its key (docs/deploy.md).
     """
 
     database_url: str | None = None
+    # PostgreSQL behind a transaction pooler (docs/deploy.md, "PgBouncer"): what the pooler cannot carry
+    # goes to `direct_database_url`.
+    pooler: Literal["none", "transaction"] = "none"
+    direct_database_url: str | None = None
     pool_size: int = Field(20, ge=1, le=1000)
     timeout_s: float = Field(5.0, gt=0, le=300)
     spool_flush_s: float = Field(1.0, gt=0, le=3600)
@@ -255,6 +274,20 @@ class StorageConfig(_Strict):
     redis_failure: Literal["open", "closed"] = "open"
     redis_timeout_s: float = Field(0.25, gt=0)
     redis_lease_s: float = Field(30.0, ge=1, le=3600)
+
+    @model_validator(mode="after")
+    def _pooled_postgres(self) -> StorageConfig:
+        """A pooler and a direct URL mean something only for PostgreSQL: said at start-up, not at the first
+        request."""
+        postgres = self.database_url is not None and not self.database_url.startswith("sqlite")
+        if self.pooler != "none" and not postgres:
+            raise ValueError("storage.pooler needs storage.database_url to be a PostgreSQL URL")
+        if self.direct_database_url is not None:
+            if not postgres:
+                raise ValueError("storage.direct_database_url needs storage.database_url to be a PostgreSQL URL")
+            if self.direct_database_url.startswith("sqlite"):
+                raise ValueError("storage.direct_database_url must be a PostgreSQL URL")
+        return self
 
 
 class AccountsConfig(_Strict):

@@ -37,6 +37,7 @@ from inferplex.openapi import (
     responses_api,
 )
 from inferplex.openapi.spec import Dialect, Operation, Param
+from inferplex.serving.readiness import ReadyBody
 
 OPENAI = Dialect("OpenAI", oa.OpenAIError)
 ANTHROPIC = Dialect("Anthropic", ar.AnthropicError, ("bearer", "apiKey"))
@@ -223,6 +224,17 @@ def _inferada() -> list[Operation]:
 
 OPERATIONS: list[Operation] = [
     Operation("get", "/health", "Liveness", GATEWAY, oa.Health, (), authenticated=False),
+    Operation(
+        "get",
+        "/health/ready",
+        "Readiness",
+        GATEWAY,
+        ReadyBody,
+        (503,),
+        authenticated=False,
+        description="200 while this process takes new requests; 503 (code `draining`) from the moment it is told "
+        "to stop (SIGTERM), so that a load balancer takes it out of rotation before it stops accepting.",
+    ),
     # OpenAI
     _chat(OPENAI, "/v1/chat/completions"),
     Operation(
