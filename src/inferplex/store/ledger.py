@@ -35,6 +35,7 @@ from sqlalchemy.engine import Connection
 from inferplex.batching import Batcher
 from inferplex.store import tables as t
 from inferplex.store.backend import UNREACHABLE, Database, StoreUnavailable
+from inferplex.store.holding import Holding
 from inferplex.store.moves import ENTRY_COLUMNS, Move, Result, Spend, month_of
 from inferplex.store.spool import MOVE, Spool
 
@@ -116,6 +117,13 @@ def _replayed(
             "note": note, "if_reserved": if_reserved, "hold": hold, "spend": spend}  # fmt: skip
 
 
+def released(row: Any, note: str) -> dict[str, Any]:
+    """A held reservation's release for `Ledger.replay` (a ledger row's account_id, amount_micros,
+    request_id, key_id), applied only if it was not settled meanwhile."""
+    taken = int(row.amount_micros)  # negative: what the reservation took
+    return _replayed(row.account_id, -taken, row.request_id, row.key_id, note, if_reserved=True, hold=taken)
+
+
 def _spooled(moves: Sequence[Move]) -> list[dict[str, Any]]:
     """What a failed batch leaves to replay: each settlement as it was, each reservation as its release
     (applied only if the reservation itself was). Top-ups are not batched (`credit` answers its caller)."""
@@ -188,6 +196,7 @@ class Ledger:
     def __init__(self, db: Database, spool: Spool | None = None) -> None:
         self.db = db
         self.spool = spool
+        self.holding = Holding()  # what this replica holds, for its liveness lease (store/liveness.py)
         # Every request's reservation and settlement go through here: concurrent ones share one round trip.
         self._batch: Batcher[Move, Result] = Batcher(self._batched, orphaned=self._orphaned)
 
@@ -237,7 +246,15 @@ class Ledger:
     async def reserve(self, account_id: str, amount: int, *, request_id: str, key_id: str | None) -> Result:
         """Take `amount` from the balance if it covers it and the account's and the key's monthly caps allow
         it: the new balance, the cap that refused it (`CapReached`), or None (nothing changed either way)."""
-        return await self._batch.enqueue(Move(account_id, "reserve", -amount, True, request_id, key_id, hold=amount))
+        self.holding.reserving(request_id)
+        move = Move(account_id, "reserve", -amount, True, request_id, key_id, self.holding.holder, hold=amount)
+        result: Result = None
+        try:
+            result = await self._batch.enqueue(move)
+            return result
+        finally:
+            if not isinstance(result, int):  # refused, failed (spooled as a release) or cancelled (_orphaned)
+                self.holding.refused(request_id)
 
     async def settle(self, account_id: str, reserved: int, actual: int, *, request_id: str, key_id: str | None) -> int:
         """Return the unused part of a reservation (or take the overrun): one `settle` row of reserved-actual.
@@ -245,7 +262,14 @@ class Ledger:
         Kept (`Batcher.enqueue(keep=True)`): a caller cancelled while it waits still has the move booked.
         The batcher skips items whose future is cancelled before their batch leaves, which is right for a
         reservation nobody waits for, and would lose a settlement."""
-        balance = await self._batch.enqueue(_settlement(account_id, reserved, actual, request_id, key_id), keep=True)
+        move = _settlement(account_id, reserved, actual, request_id, key_id)
+        if not self._settles_directly(request_id):
+            await self.replay(_spooled([move]))
+            account = await self.account(account_id)
+            if account is None:
+                raise KeyError(account_id)
+            return account.balance_micros
+        balance = await self._batch.enqueue(move, keep=True)
         if not isinstance(balance, int):
             raise KeyError(account_id)
         return balance
@@ -262,7 +286,22 @@ class Ledger:
     ) -> None:
         """`settle`, queued before this returns, for a caller that does not wait: `then(balance, error)` once
         it is applied (balance None: no such account)."""
-        self._batch.post(_settlement(account_id, reserved, actual, request_id, key_id), then)
+        move = _settlement(account_id, reserved, actual, request_id, key_id)
+        if self._settles_directly(request_id):
+            self._batch.post(move, then)
+        else:
+            self._spool_settlement(move, then)
+
+    def _settles_directly(self, request_id: str) -> bool:
+        """Whether the batch may settle this reservation: yes, unless this replica's liveness lease may have
+        lapsed since it was made (store/holding.py); then only the spool's replay, which skips a reservation
+        a survivor released meanwhile."""
+        return self.holding.settles_directly(request_id) or self.spool is None
+
+    def _spool_settlement(self, move: Move, then: Callable[[Result, BaseException | None], None]) -> None:
+        assert self.spool is not None
+        kept = self.spool.put(MOVE, _spooled([move]))
+        then(None, Spooled(f"this replica's liveness lease may have lapsed; {kept} settlement kept in the spool"))
 
     async def credit(self, account_id: str, amount: int, *, kind: str = "topup", note: str | None = None) -> int:
         """A top-up (or refund, kind='refund'); a negative amount is an adjustment downwards."""
@@ -364,13 +403,7 @@ class Ledger:
         if found is None:
             return [], after
         first, youngest, rows, newest = found
-        note = "released: no settlement within the orphan bound"
-        releases = [
-            _replayed(
-                *(r.account_id, -r.amount_micros, r.request_id, r.key_id, note), if_reserved=True, hold=r.amount_micros
-            )
-            for r in rows
-        ]
+        releases = [released(r, "released: no settlement within the orphan bound") for r in rows]
         done = newest >= first + window and youngest < before
         return releases, first + window - 1 if done else after
 
@@ -381,7 +414,10 @@ class Ledger:
         """A reservation whose caller was cancelled while it was in flight: give it back at once."""
         if move.conditional and isinstance(balance, int):
             refund = _settlement(move.account_id, -move.amount, 0, move.request_id, move.key_id)
-            self._batch.post(refund, partial(_refunded, move.request_id))
+            if self.holding.holds(move.note) or self.spool is None:
+                self._batch.post(refund, partial(_refunded, move.request_id))
+            else:
+                self._spool_settlement(refund, partial(_refunded, move.request_id))
 
     async def aclose(self) -> None:
         await self._batch.aclose()  # the refunds above too: they are queued like any move

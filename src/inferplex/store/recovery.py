@@ -10,6 +10,9 @@
   exceed the longest a request can hold its reservation: its deadline (`routing.max_deadline`), plus the
   time its settlement may sit in a spool; a settlement arriving after its reservation was released is
   skipped, so the request is then not charged. Every replica sweeps; the account's row lock makes it safe.
+- Every third of `storage.redis_lease_s`, this replica renews its liveness lease, and releases what a
+  replica whose lease lapsed held (store/liveness.py): a replica killed outright costs its reservations
+  that lease, not the orphan bound.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from inferplex.config import Config
 from inferplex.store.backend import unreachable
 from inferplex.store.ledger import Ledger
+from inferplex.store.liveness import Liveness
 from inferplex.store.spool import MOVE, USAGE, Spool
 from inferplex.store.usage import UsageStore
 
@@ -57,6 +61,7 @@ class Recovery:
         flush_s: float,
         orphan_after_s: float,
         sweep_s: float | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.ledger = ledger
         self.usage = usage
@@ -64,12 +69,15 @@ class Recovery:
         self.flush_s = flush_s
         self.orphan_after_s = orphan_after_s
         self.sweep_s = sweep_s if sweep_s is not None else min(60.0, orphan_after_s / 4)
+        self.liveness = liveness
         self._swept_to = 0  # ledger ids up to here hold no reservation left to release
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
     def configured(cls, config: Config, ledger: Ledger, usage: UsageStore, spool: Spool) -> Recovery:
-        return cls(ledger, usage, spool, flush_s=config.storage.spool_flush_s, orphan_after_s=orphan_bound(config))
+        liveness = Liveness(ledger.db, ledger, config.storage.redis_lease_s)
+        flush_s, orphan_after_s = config.storage.spool_flush_s, orphan_bound(config)
+        return cls(ledger, usage, spool, flush_s=flush_s, orphan_after_s=orphan_after_s, liveness=liveness)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -77,6 +85,8 @@ class Recovery:
             loop.create_task(self._every(self.flush_s, self.flush), name="spool-flusher"),
             loop.create_task(self._every(self.sweep_s, self.sweep), name="orphan-sweeper"),
         ]
+        if self.liveness is not None:
+            self._tasks.append(loop.create_task(self.liveness.run(), name="replica-liveness"))
 
     async def _every(self, seconds: float, step: object) -> None:
         assert callable(step)
@@ -130,6 +140,8 @@ class Recovery:
         except Exception as exc:
             log.warning("%d settlements and %d usage rows stay in the spool for the next start (%s)",
                         self.spool.pending(MOVE), self.spool.pending(USAGE), type(exc).__name__)  # fmt: skip
+        if self.liveness is not None:
+            await self.liveness.aclose(settled=self.spool.pending(MOVE) == 0)
         self.spool.close()
 
 
