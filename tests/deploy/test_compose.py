@@ -24,7 +24,7 @@ HAPROXY_CFG = files.DEPLOY / "haproxy" / "haproxy.cfg"
 GATEWAYS = ("gateway-1", "gateway-2", "gateway-3")
 
 
-def _compose(tools: Tools, env_file: Path) -> subprocess.CompletedProcess[str]:
+def compose_config(tools: Tools, env_file: Path) -> subprocess.CompletedProcess[str]:
     # a clean environment: compose lets the caller's variables override the env file
     env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
     return subprocess.run(
@@ -38,7 +38,7 @@ def _compose(tools: Tools, env_file: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def project(deploy_tools: Tools) -> dict[str, Any]:
-    done = _compose(deploy_tools, files.DEPLOY / "env.example")
+    done = compose_config(deploy_tools, files.DEPLOY / "env.example")
     assert done.returncode == 0, done.stderr
     parsed: dict[str, Any] = json.loads(done.stdout)
     return parsed
@@ -59,7 +59,7 @@ def test_a_secret_left_unset_stops_compose_and_names_it(deploy_tools: Tools, tmp
     example = (files.DEPLOY / "env.example").read_text().splitlines()
     env_file = tmp_path / ".env"
     env_file.write_text("\n".join(line for line in example if not line.startswith("INFERPLEX_MASTER_KEY=")))
-    done = _compose(deploy_tools, env_file)
+    done = compose_config(deploy_tools, env_file)
     assert done.returncode != 0
     assert "INFERPLEX_MASTER_KEY" in done.stderr
 
