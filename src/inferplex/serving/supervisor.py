@@ -232,16 +232,18 @@ class Supervisor:
         proc = subprocess.Popen(cmd, env=env, pass_fds=(self.sock.fileno(), self._ready_w))
         return Worker(slot, self.generation, proc)
 
-    def _read_ready(self) -> None:
+    def _read_ready(self, *also: Worker) -> None:
+        """Note the workers that said they serve (on the shared pipe: one `SLOT PID` line each)."""
         with contextlib.suppress(BlockingIOError):
             self._ready_buffer += os.read(self._ready_r, 65536)
         *lines, self._ready_buffer = self._ready_buffer.split(b"\n")
         for line in lines:
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, IndexError):
                 self._ready_pids.add(int(line.split()[1]))
-        for worker in [*self.workers.values(), *self.old]:
+        for worker in [*self.workers.values(), *self.old, *also]:
             if not worker.ready and worker.proc.pid in self._ready_pids:
                 worker.ready = True
+                self._ready_pids.discard(worker.proc.pid)
 
     def _reap(self) -> bool:
         """Restart the current workers that died (after their back-off); True if one keeps dying."""
@@ -313,7 +315,7 @@ class Supervisor:
                     _wait_or_kill(worker.proc, 30)
                 return
             time.sleep(TICK_S)
-            self._read_ready()
+            self._read_ready(*new.values())
         self.old += [w for w in self.workers.values() if w.proc.poll() is None]
         self.workers, self.config = new, config
         self.slots.clear()
