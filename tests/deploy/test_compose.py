@@ -112,7 +112,9 @@ def test_haproxy_reaches_every_replica_on_the_configured_port(project: dict[str,
     referenced = set(re.findall(r"\$\{(\w+)\}", cfg))
     assert referenced <= set(env), referenced - set(env)
     servers = {env[name] for name in referenced if name.startswith("INFERPLEX_GW")}
-    assert servers == {f"{g}:{config['server']['port']}" for g in GATEWAYS}
+    addresses = {project["services"][g]["networks"]["inferplex"]["ipv4_address"] for g in GATEWAYS}
+    assert servers == {f"{address}:{config['server']['port']}" for address in addresses}
+    assert len(addresses) == len(GATEWAYS)
     published = {p["target"]: p for p in haproxy["ports"]}
     assert int(env["INFERPLEX_LB_BIND"].rsplit(":", 1)[1]) in published
     # X-Forwarded-For from HAProxy is believed (accounts.trusted_proxies), from nobody else
