@@ -164,3 +164,47 @@ def test_a_bad_config_on_sighup_is_refused_and_the_old_one_keeps_serving(
         assert client.chat.completions.create(model="ok", messages=HI).choices[0].message.content == "ok"
     assert served.worker_pids(2) == old
     assert served.proc.poll() is None
+
+
+def _restarted_pid(served: Any, after: int) -> int:
+    """The pid of the worker restarted after the one whose pid was `after` died."""
+    served.wait_log(f"(pid {after}) exited with code -9: restarting it")
+    deadline = time.monotonic() + 30
+    while True:
+        tail = served.log().split(f"(pid {after}) exited with code -9", 1)[1]
+        if "restarted (pid " in tail:
+            return int(tail.split("restarted (pid ", 1)[1].split(")", 1)[0])
+        assert time.monotonic() < deadline, served.log()
+        time.sleep(0.05)
+
+
+def test_a_worker_that_keeps_dying_makes_the_supervisor_give_up_loudly(
+    serve: Any, upstream: PacedUpstream, tmp_path: Path
+) -> None:
+    served = serve(config(upstream, tmp_path), workers=2)
+    served.wait_log("serving with 2 workers")
+    pid = served.ready_pid()
+    for _ in range(4):  # the first four deaths are restarted, each after a longer back-off
+        os.kill(pid, signal.SIGKILL)
+        pid = _restarted_pid(served, pid)
+    os.kill(pid, signal.SIGKILL)  # the fifth within a minute
+    assert served.proc.wait(60) == 1
+    assert "died 5 times within 60 s (last exit code -9): giving up" in served.log()
+
+
+def test_the_shared_state_coordinator_is_restarted_when_it_dies(
+    serve: Any, upstream: PacedUpstream, tmp_path: Path
+) -> None:
+    served = serve(config(upstream, tmp_path), workers=2)
+    served.wait_log("serving with 2 workers")
+    line = next(x for x in served.log().splitlines() if "shared-state coordinator at" in x)
+    path, pid = line.split(" at ", 1)[1].split(" (pid ")
+    os.kill(int(pid.rstrip(")")), signal.SIGKILL)
+    served.wait_log("shared-state coordinator exited with code -9: restarting it")
+    deadline = time.monotonic() + 30
+    while served.log().count(f"shared-state coordinator at {path}") < 2:
+        assert time.monotonic() < deadline, served.log()
+        time.sleep(0.05)
+    client = served.client()
+    for _ in range(5):
+        assert client.chat.completions.create(model="ok", messages=HI).choices[0].message.content == "ok"

@@ -4,9 +4,9 @@
   it: the kernel hands each connection to one waiting worker. (SO_REUSEPORT, a socket per worker, balances
   by a hash of the connection instead, but a worker that stops accepting takes the connections queued on
   its own socket with it: a drain or a reload would reset them. docs/deploy.md has the measurements.)
-- Migrations run once, here, before any worker starts; H2's shared-state coordinator (limits and breakers
+- Migrations run once, here, before any worker starts; the shared-state coordinator (limits and breakers
   global across workers without Redis) is started here too, and its address given to the workers.
-- A worker that dies is restarted, after a back-off that doubles while it keeps dying; a slot that dies
+- A worker that dies is restarted, after a back-off that grows while it keeps dying; a slot that dies
   `BURST` times within `BURST_WINDOW_S` makes the supervisor give up: it drains the rest and exits 1,
   loudly, rather than loop.
 - SIGTERM and SIGINT are forwarded to every worker as a drain (serving/drain.py); the supervisor exits 0
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,7 +34,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from inferplex.config import Config
 from inferplex.serving.worker import worker_count
@@ -104,43 +103,40 @@ def migrate(config: Config) -> None:
 
 
 class Coordinator:
-    """H2's shared-state coordinator (inferplex.shared_state), kept running for the workers; absent if that
-    package is not installed, in which case limits and breakers are per worker (said once, in the log)."""
+    """The shared-state coordinator (inferplex.shared_state: limits and breakers global across the workers
+    without Redis), kept running: restarted when it dies, at most once a second; the workers reconnect."""
 
     def __init__(self) -> None:
-        self.path = str(Path(tempfile.mkdtemp(prefix="inferplex-")) / "shared_state.sock")
-        self.proc: Any = None
-        self._spawn: Callable[[str], Any] | None = None
-        try:
-            module = importlib.import_module("inferplex.shared_state")
-        except ImportError:
-            log.warning("no shared-state coordinator: limits and breakers are per worker without Redis")
-            return
-        self._spawn = getattr(module, "spawn", None)
+        self._dir = tempfile.mkdtemp(prefix="inferplex-")
+        self.path = str(Path(self._dir) / "shared_state.sock")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._next_try = 0.0
+        from inferplex.shared_state import spawn
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None
+        self._spawn: Callable[[str], subprocess.Popen[bytes]] = spawn
 
     def start(self) -> None:
-        if self._spawn is not None:
+        self._next_try = time.monotonic() + 1.0
+        try:
             self.proc = self._spawn(self.path)
-            log.info("shared-state coordinator at %s (pid %d)", self.path, self.proc.pid)
+        except (RuntimeError, OSError) as exc:
+            log.error("shared-state coordinator did not start (retrying): %s", exc)
+            self.proc = None
+            return
+        log.info("shared-state coordinator at %s (pid %d)", self.path, self.proc.pid)
 
     def keep_alive(self) -> None:
         if self.proc is not None and self.proc.poll() is not None:
-            log.error("shared-state coordinator exited (code %s): restarting it", self.proc.returncode)
+            log.error("shared-state coordinator exited with code %s: restarting it", self.proc.returncode)
+            self.proc = None
+        if self.proc is None and time.monotonic() >= self._next_try:
             self.start()
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            _wait_or_kill(self.proc, 10, signal.SIGTERM)
             self.proc = None
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 class Supervisor:
@@ -184,16 +180,18 @@ class Supervisor:
         signal.signal(signal.SIGHUP, self._on_hup)
         self.sock = bind(self.plan.host, self.plan.port)
         migrate(self.config)
-        self.coordinator = Coordinator()
-        self.coordinator.start()
         n = self.count(self.config)
+        if n > 1:
+            self.coordinator = Coordinator()
+            self.coordinator.start()
         self.generation = 1
         self.workers = {slot: self._spawn(slot, self.config) for slot in range(n)}
         log.info("supervisor (pid %d): starting %d workers", os.getpid(), n)
         try:
             return self._loop()
         finally:
-            self.coordinator.stop()
+            if self.coordinator is not None:
+                self.coordinator.stop()
             self.sock.close()
             os.close(self._ready_r)
             os.close(self._ready_w)
@@ -215,15 +213,15 @@ class Supervisor:
             if self._reap():
                 return self._drain_all(1)
             self._drain_old()
-            assert self.coordinator is not None
-            self.coordinator.keep_alive()
+            if self.coordinator is not None:
+                self.coordinator.keep_alive()
             time.sleep(TICK_S)
 
     def _spawn(self, slot: int, config: Config) -> Worker:
         assert self.sock is not None
         env = dict(os.environ)
         env["INFERPLEX_MASTER_KEY"] = self.master_key(config, self.plan.source)
-        if self.coordinator is not None and self.coordinator.running:
+        if self.coordinator is not None:
             env["INFERPLEX_SHARED_STATE"] = self.coordinator.path
         cmd = [sys.executable, "-m", "inferplex.serving.worker", "--slot", str(slot), "--parent", str(os.getpid())]
         cmd += ["--fd", str(self.sock.fileno()), "--ready-fd", str(self._ready_w)]
@@ -335,10 +333,12 @@ class Supervisor:
         return code
 
 
-def _wait_or_kill(proc: subprocess.Popen[bytes], timeout: float) -> None:
+def _wait_or_kill(proc: subprocess.Popen[bytes], timeout: float, sig: signal.Signals | None = None) -> None:
+    if sig is not None and proc.poll() is None:
+        proc.send_signal(sig)
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        log.error("worker pid %d did not stop within %.0f s: killing it", proc.pid, timeout)
+        log.error("pid %d did not stop within %.0f s: killing it", proc.pid, timeout)
         proc.kill()
         proc.wait()
