@@ -14,6 +14,16 @@ timeout, not several.
 
 The call is encoded here (`pack`): a batch carries a few keys and an argument for every request in it, and
 redis-py's general encoder cost about 3 µs of CPU per request's share where this costs under 1.
+
+On a Redis Cluster (redis_connect.py) the connection is to the master of the slot the call's keys live on
+(every key of one call shares a slot: each store's keys share a hash tag). A MOVED reply (the slot moved, or
+its master failed over to a replica) updates redis-py's slot map and the call runs again on the new master's
+connection; an ASK or TRYAGAIN (the slot is being migrated) is left to redis-py's `RedisCluster`, which
+knows the ASKING dance, for that one call. A lost connection or CLUSTERDOWN makes the next call refresh the
+slot map first, so a failed-over master is found as soon as the cluster has promoted its replica. Behind
+Sentinel the connection is the Sentinel pool's own kind: each connect asks the sentinels for the master, and
+a write that meets a demoted master is turned into a lost connection by redis-py, so the retry below reaches
+the new one.
 """
 
 from __future__ import annotations
@@ -24,11 +34,16 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from inferplex.redis_connect import Client
+
+# How many MOVED replies one call follows before it gives up (a slot moves once per failover or reshard).
+_MAX_MOVES = 3
 
 
 def pack(args: Sequence[str | bytes | int | float]) -> bytes:
@@ -41,25 +56,51 @@ def pack(args: Sequence[str | bytes | int | float]) -> bytes:
 
 
 class DedicatedScript:
-    def __init__(self, client: aioredis.Redis, source: str) -> None:
-        self._pool = client.connection_pool
+    def __init__(self, client: Client, source: str) -> None:
+        self._cluster = client if isinstance(client, RedisCluster) else None
+        self._pool = None if isinstance(client, RedisCluster) else client.connection_pool
         self._source = source
         self._sha = hashlib.sha1(source.encode()).hexdigest()
         self._conn: AbstractConnection | None = None
-        self._read_timeout: float | None = self._pool.connection_kwargs.get("socket_timeout")
+        self._node = ""  # on a cluster: the node `_conn` is to
+        self._stale = False  # on a cluster: refresh the slot map before the next connect
+        kwargs = (
+            client.connection_kwargs if isinstance(client, RedisCluster) else client.connection_pool.connection_kwargs
+        )
+        self._read_timeout: float | None = kwargs.get("socket_timeout")
 
-    async def _connected(self) -> AbstractConnection:
+    async def _connection(self, keys: Sequence[str]) -> AbstractConnection:
+        """The connection to use for a call on `keys`: one of our own, made by the client's pool, or on a
+        cluster to the master of the keys' slot (a new one when that master changed)."""
+        cluster = self._cluster
+        if cluster is None:
+            if self._conn is None:
+                self._conn = self._pool.make_connection()  # type: ignore[union-attr]
+            return self._conn
+        await cluster.initialize()  # at once when done already
+        if self._stale:
+            await cluster.nodes_manager.initialize()
+            self._stale = False
+        slot = cluster.keyslot(keys[0]) if keys else None
+        node = cluster.get_default_node() if slot is None else cluster.nodes_manager.get_node_from_slot(slot)
+        if self._conn is not None and self._node != node.name:
+            await self._conn.disconnect(nowait=True)
+            self._conn = None
+        if self._conn is None:
+            self._conn = node.connection_class(**node.connection_kwargs)
+            self._node = node.name
+        return self._conn
+
+    async def _connected(self, keys: Sequence[str]) -> AbstractConnection:
         """The connection, (re)connected if need be, with no timeout on writes: redis-py bounds a write with
         `asyncio.wait_for`, a task per call, which cost more than the rest of the call. A write only hands a
         few KiB to the kernel and does not block; every read (the handshake's here, each reply's in `_read`)
         keeps the client's socket timeout, so a Redis that stops answering is still found out within it."""
-        if self._conn is None:
-            self._conn = self._pool.make_connection()  # type: ignore[no-untyped-call]
-        conn = self._conn
+        conn = await self._connection(keys)
         if not conn.is_connected:
             conn.socket_timeout = self._read_timeout
             try:
-                await conn.connect()
+                await conn.connect()  # type: ignore[no-untyped-call]
             finally:
                 conn.socket_timeout = None
         return conn
@@ -82,13 +123,41 @@ class DedicatedScript:
         redis-py's ConnectionError, so they are retried once like the others, and every caller sees one
         kind of error for a Redis that cannot be reached."""
         try:
-            return await self._run(await self._connected(), keys, args)
-        except TimeoutError:  # an OSError, but not a lost connection: `_read` has dropped it already
+            return await self._redirected(keys, args)
+        except (TimeoutError, RedisTimeoutError, RedisConnectionError, RedisClusterException, ClusterDownError):
+            self._stale = self._cluster is not None  # the slot's master may be gone: ask the cluster again
             raise
         except (OSError, RuntimeError, EOFError) as exc:
+            self._stale = self._cluster is not None
             if self._conn is not None:
                 await self._conn.disconnect(nowait=True)
             raise RedisConnectionError(f"Redis connection lost: {type(exc).__name__}: {exc}") from exc
+
+    async def _redirected(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run on the keys' node, following MOVED to the slot's new master (module docstring)."""
+        for _ in range(_MAX_MOVES):
+            try:
+                return await self._run(await self._connected(keys), keys, args)
+            except MovedError as moved:
+                if self._cluster is None:
+                    raise
+                await self._cluster.nodes_manager.move_slot(moved)
+            except (AskError, TryAgainError):
+                if self._cluster is None:
+                    raise
+                return await self._through_cluster(keys, args)
+        raise ClusterDownError(f"the keys' slot moved more than {_MAX_MOVES} times in one call")
+
+    async def _through_cluster(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """One call through redis-py's cluster client, which handles a slot in migration (ASK, TRYAGAIN)."""
+        cluster = self._cluster
+        assert cluster is not None
+        command = ("EVALSHA", self._sha, len(keys), *keys, *args)
+        try:
+            return await cluster.execute_command(*command)
+        except NoScriptError:
+            await cluster.script_load(self._source)
+            return await cluster.execute_command(*command)
 
     async def _run(self, conn: AbstractConnection, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:

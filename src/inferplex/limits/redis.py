@@ -9,6 +9,9 @@ A Redis outage never hangs a request: socket timeouts are short, and each call t
 policy: `open` admits (limits are not enforced while Redis is down), `closed` refuses with a 503. Whatever
 the client raises counts as an outage (redis-py's errors, OSError, TimeoutError, and the RuntimeError of a
 transport closed under it, as uvloop raises): a limit store that cannot answer must never become a 500.
+
+The URL may name one server, a Sentinel-managed master or a Cluster (redis_connect.py). On a cluster the
+prefix becomes one hash tag, so the batched script's keys (many requests' buckets and slots) share a slot.
 """
 
 from __future__ import annotations
@@ -19,11 +22,10 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
-import redis.asyncio as aioredis
-
 from inferplex.batching import Batcher, StoreObserver
 from inferplex.limits import ROUNDING_S, Hold, LimitsUnavailable, Quota, Rate, Verdict, remaining
 from inferplex.limits.leases import Leases, Slot
+from inferplex.redis_connect import connect, keyspace
 from inferplex.redis_script import DedicatedScript
 
 log = logging.getLogger("inferplex.limits")
@@ -332,12 +334,10 @@ class RedisLimits:
         lease_s: float = 30.0,
         max_hold_s: float | None = None,
     ) -> None:
-        self.prefix = prefix
         self.fail_open = fail_open
         self.lease_s = lease_s
-        self.redis: Any = aioredis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry_on_timeout=False
-        )
+        self.redis: Any = connect(url, timeout_s=timeout_s)
+        self.prefix = keyspace(prefix, self.redis)  # one hash tag on a cluster: every call's keys on one slot
         self._acquire = self.redis.register_script(_ACQUIRE)
         self._count = self.redis.register_script(_COUNT)
         self._keep = self.redis.register_script(_KEEP)

@@ -7,7 +7,9 @@ Failures reported while it is already open (requests that were in flight) change
 
 With Redis, every replica reads and writes the same keys and the transitions run as Lua scripts stamped
 with Redis's own clock, so replicas agree without trusting each other's clocks. If Redis is unreachable the
-breaker reads as closed: losing the shared view must not take the gateway down with it.
+breaker reads as closed: losing the shared view must not take the gateway down with it. The URL may name one
+server, a Sentinel-managed master or a Cluster (redis_connect.py); on a cluster the prefix is one hash tag, so
+a batch of checks and the openings' channel live on one slot.
 
 Almost every check finds its breaker closed, and asking Redis cost each request a share of a script call.
 So a replica remembers which breakers it found closed, and forgets one when the failure script opens it:
@@ -251,13 +253,12 @@ class RedisCooldowns:
     """Every replica on the same Redis and `prefix` shares each deployment's breaker."""
 
     def __init__(self, url: str, prefix: str, *, check_s: float = 5.0) -> None:
-        import redis.asyncio as aioredis
-
+        from inferplex.redis_connect import connect, keyspace
         from inferplex.redis_script import DedicatedScript
 
-        self._redis: Any = aioredis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
-        self._prefix = prefix
-        self._channel = prefix + "opened"
+        self._redis: Any = connect(url, timeout_s=1.0)
+        self._prefix = keyspace(prefix, self._redis)  # one hash tag on a cluster: a batch's keys on one slot
+        self._channel = self._prefix + "opened"
         self._check_s = check_s
         self._closed: set[str] = set()  # breakers found closed since the last opening we could have missed
         self._openings = 0  # bumped by every opening heard of, so a check that raced one keeps nothing
@@ -307,7 +308,9 @@ class RedisCooldowns:
         and if nothing at all (its pong included) arrives within another `check_s`, the connection is taken
         for lost. Sending a ping does not find a silent partition out (the write succeeds), nor does
         redis-py's read with a timeout (it answers None): only a missing answer does."""
-        pubsub = self._redis.pubsub()
+        from inferplex.redis_connect import pubsub as open_pubsub
+
+        pubsub: Any = await open_pubsub(self._redis)
         pinged = False
         try:
             await pubsub.subscribe(self._channel)
