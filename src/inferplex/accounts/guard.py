@@ -2,7 +2,11 @@
 
 admit: requests per minute and an over-estimate of the prompt tokens against the key's and the account's
 buckets; then a concurrency slot for each (waiting in a fair queue up to `max_queue_wait_s`); then the
-worst-case cost reserved from the account in one atomic statement.
+worst-case cost reserved from the account in one atomic statement. While no other admission is under way
+on this replica (a low, steady rate: nothing to batch with), the reservation is sent at once, beside the
+limits' round trip instead of after it, so a request waits for one store round trip, not two in sequence;
+if the limits then refuse, the reservation is given back (`_Overlap`). Under load the two stay in sequence,
+as each batch then carries many requests' work and an extra task per request would cost throughput.
 settle (exactly once): the real cost from the upstream's usage (or, for a stream cut before its usage
 chunk, from the characters produced), the ledger adjusted to it, output tokens charged to the token
 buckets, slots released, and one usage row queued. All of it is queued with the stores and not waited for,
@@ -14,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -107,6 +111,36 @@ def _option(value: bool | None, default: bool) -> bool:
     return default if value is None else value
 
 
+_REFUSED_FOR_S = 60.0  # how long a caller the limits refused is admitted in sequence (AccountGuard._overlaps)
+_REFUSED_KEPT = 10_000
+
+
+class _Overlap:
+    """A reservation sent beside the limits' round trip (AccountGuard.admit). If the limits refuse the request
+    (or its caller leaves meanwhile), whatever the reservation took is given back once it is known, as a
+    settlement of zero cost, so the ledger holds a reservation and its release, and the balance is as
+    before."""
+
+    __slots__ = ("ctx", "guard", "task")
+
+    def __init__(self, guard: AccountGuard, ctx: Context, reserve: Coroutine[Any, Any, int]) -> None:
+        self.guard = guard
+        self.ctx = ctx
+        self.task: asyncio.Task[int] = asyncio.get_running_loop().create_task(reserve)
+
+    def give_back(self) -> None:
+        self.task.add_done_callback(self._given_back)
+
+    def _given_back(self, task: asyncio.Task[int]) -> None:
+        if task.cancelled() or task.exception() is not None:  # nothing was taken (or it was given back)
+            return
+        amount, p = task.result(), self.ctx.principal
+        if amount and p.account_id is not None:
+            then = partial(_settled, self.ctx.request_id, p.account_id)
+            ledger = self.guard.ledger
+            ledger.settle_later(p.account_id, amount, 0, request_id=self.ctx.request_id, key_id=p.key_id, then=then)
+
+
 @dataclass(slots=True)
 class _Held:
     key: str
@@ -133,6 +167,8 @@ class AccountGuard:
         self.slots = slots
         self.usage = usage
         self.config = config
+        self._admitting = 0  # admissions under way on this replica
+        self._refused: dict[str, float] = {}  # callers the limits refused lately: never overlapped (_overlaps)
 
     async def admit(
         self, ctx: Context, family: Family[Any, Any, Any], model: ModelConfig, request: GatewayRequest[Any]
@@ -144,12 +180,26 @@ class AccountGuard:
         ctx.prompt_tokens_estimate = prompt
         plan = p.limits.for_request(model.name, model.limit_rules, request.body.user)
         held: list[_Held] = []
+        self._admitting += 1
         try:
             if plan.caps:
                 self._caps(ctx, family, model, request, plan, prompt)
+            early: _Overlap | None = None
             if plan.buckets or plan.slots:
-                await self._limits(ctx, plan, prompt, held, (family, model, request))
-            reserved = await self._reserve(ctx, family, model, request, prompt) if family.billed else 0
+                if family.billed and self._overlaps(ctx):
+                    early = _Overlap(self, ctx, self._reserve(ctx, family, model, request, prompt))
+                try:
+                    await self._limits(ctx, plan, prompt, held, (family, model, request))
+                except BaseException as exc:
+                    if early is not None:
+                        early.give_back()
+                    if isinstance(exc, RateLimited):
+                        self._note_refused(ctx)
+                    raise
+            if early is not None:
+                reserved = await early.task
+            else:
+                reserved = await self._reserve(ctx, family, model, request, prompt) if family.billed else 0
         except GatewayError as err:
             await self._release(held)
             self._log(ctx, model, request, err.status, Tokens(), 0, error_type(err, err.status))
@@ -165,7 +215,27 @@ class AccountGuard:
             raise Unavailable(
                 "Credits cannot be checked right now; try again shortly.", code="store_unavailable"
             ) from None
+        finally:
+            self._admitting -= 1
         return _Admission(self, family, model, request, reserved, held, plan)
+
+    def _overlaps(self, ctx: Context) -> bool:
+        """Whether to reserve beside the limits' round trip: only for an account's caller, while this is the
+        only admission under way, and not for a caller the limits refused in the last minute (a client
+        retrying past its limit would otherwise book a reservation and its release for every refusal)."""
+        p = ctx.principal
+        if p.account_id is None or self._admitting != 1:
+            return False
+        until = self._refused.get(p.key_id or p.account_id)
+        return until is None or until < time.monotonic()
+
+    def _note_refused(self, ctx: Context) -> None:
+        p = ctx.principal
+        if p.account_id is None:
+            return
+        if len(self._refused) >= _REFUSED_KEPT:
+            self._refused.clear()  # a bound, not a cache policy: the cost of forgetting is one overlap each
+        self._refused[p.key_id or p.account_id] = time.monotonic() + _REFUSED_FOR_S
 
     def _caps(
         self,
