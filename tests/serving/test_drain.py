@@ -98,3 +98,11 @@ def test_a_stream_longer_than_the_grace_is_cut_cleanly_and_the_process_exits_0(
     with sqlite3.connect(tmp_path / "inferplex.db") as db:
         rows = db.execute("SELECT completion_tokens, estimated FROM usage WHERE model = 'paced-300'").fetchall()
     assert len(rows) == 1 and rows[0][0] > 0 and rows[0][1] == 1
+
+
+def test_sighup_does_not_stop_a_single_process(serve: Any, upstream: PacedUpstream, tmp_path: Path) -> None:
+    served = serve(config(upstream, tmp_path))
+    served.signal(signal.SIGHUP)
+    served.wait_log("SIGHUP ignored")
+    assert served.client().chat.completions.create(model="ok", messages=[{"role": "user", "content": "hi"}])
+    assert served.proc.poll() is None

@@ -114,6 +114,14 @@ class DrainingServer(uvicorn.Server):
             self.drain_s,
         )
 
+    def _no_reload(self, sig: int, frame: FrameType | None) -> None:
+        # SIGHUP would end the process by default: a reload is the supervisor's (`--workers` 2 or more);
+        # a single process (a fleet's replica) is replaced by its orchestrator instead, after a drain.
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().call_soon_threadsafe(
+                log.warning, "SIGHUP ignored: a single process does not reload (restart it, or serve --workers 2+)"
+            )
+
     def drain(self) -> None:
         """Start draining as SIGTERM does (for a caller in the same process: tests, an embedding program)."""
         self.handle_exit(signal.SIGTERM, None)
@@ -172,6 +180,8 @@ class DrainingServer(uvicorn.Server):
             return
         handled = (signal.SIGINT, signal.SIGTERM)
         original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        if signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:  # a process of its own (a worker ignores it)
+            original[signal.SIGHUP] = signal.signal(signal.SIGHUP, self._no_reload)
         try:
             yield
         finally:
