@@ -95,9 +95,9 @@ async def _close_hard(server: asyncio.Server, *clients: SharedLimits) -> None:
     """The coordinator dies: its socket stops listening and every connection to it is cut."""
     server.close()
     for client in clients:
-        writer = client.link._writer
-        if writer is not None:
-            writer.transport.abort()
+        connection = client.link._connection
+        if connection is not None and connection.transport is not None:
+            connection.transport.abort()
     await asyncio.sleep(0.05)
 
 

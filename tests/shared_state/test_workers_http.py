@@ -9,6 +9,8 @@ LiteLLM's documented failure, where a limit across N workers without Redis lets 
 from __future__ import annotations
 
 import asyncio
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from tests.accounts.conftest import Admin, billing_config
 from tests.conftest import UPSTREAM_KEY
 from tests.fakes.flip_upstream import FlipOpenAI
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.shared_state.conftest import MASTER, Coordinator, statuses, workers
+from tests.shared_state.conftest import MASTER, Coordinator, statuses, stop, workers
 
 
 def _chat(client: httpx.AsyncClient, url: str, key: str, model: str = "priced") -> Any:
@@ -42,11 +44,26 @@ def _burst(urls: list[str], key: str, n: int, model: str = "priced") -> list[htt
     return asyncio.run(run())
 
 
+@pytest.fixture(scope="module")
+def shared(
+    fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[list[str], Coordinator]]:
+    """Two workers and their coordinator, for the module's tests (each makes keys of its own)."""
+    tmp = tmp_path_factory.mktemp("two")
+    sockets = Path(tempfile.mkdtemp(prefix="ipx-ss-"))
+    coordinator = Coordinator(str(sockets / "state.sock"))
+    try:
+        config = billing_config(fake_openai, tmp, accounts={"max_queue_wait_s": 20})
+        with workers(config, tmp, 2, coordinator.path) as urls:
+            yield urls, coordinator
+    finally:
+        stop(coordinator.proc)
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
 @pytest.fixture
-def two(fake_openai: FakeOpenAI, tmp_path: Path, coordinator: Coordinator) -> Iterator[list[str]]:
-    config = billing_config(fake_openai, tmp_path, accounts={"max_queue_wait_s": 20})
-    with workers(config, tmp_path, 2, coordinator.path) as urls:
-        yield urls
+def two(shared: tuple[list[str], Coordinator]) -> list[str]:
+    return shared[0]
 
 
 def test_a_60_a_minute_key_admits_exactly_60_of_a_burst_of_200_across_two_workers(two: list[str]) -> None:
@@ -119,10 +136,11 @@ def test_keys_tokens_and_revocation_are_global_across_workers(two: list[str]) ->
     admin.close()
 
 
-def test_limits_come_back_when_the_coordinator_is_restarted(two: list[str], coordinator: Coordinator) -> None:
+def test_limits_come_back_when_the_coordinator_is_restarted(shared: tuple[list[str], Coordinator]) -> None:
     """The coordinator killed: requests go on (`storage.redis_failure: open`, the default: unlimited while it
     is down); started again by the supervisor, the workers reconnect on their next call and limits hold
     again (the counts started afresh)."""
+    two, coordinator = shared
     admin = Admin(two[0], MASTER)
     key = admin.create_key(credits_micros=10**6, rpm=3)["key"]
     assert statuses(_burst(two, key, 6)).count(200) == 3

@@ -5,9 +5,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from collections.abc import Callable
 
 from inferplex.shared_state import answers
 from inferplex.shared_state.coordinator import run
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop, as the workers run (uvicorn's `standard` extra brings it), else asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def main() -> int:
@@ -19,7 +29,8 @@ def main() -> int:
     if answers(args.socket):
         logging.getLogger("inferplex.shared_state").error("a coordinator already answers on %s", args.socket)
         return 1
-    asyncio.run(run(args.socket, args.parent))
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(run(args.socket, args.parent))
     return 0
 
 

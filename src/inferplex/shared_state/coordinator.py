@@ -20,14 +20,14 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, cast
 
 from inferplex.config import CooldownConfig
 from inferplex.limits import Hold, Rate
 from inferplex.limits.memory import MemoryLimits
-from inferplex.routing.cooldown import Gate, MemoryCooldowns
-from inferplex.shared_state.wire import CALL, OPENED, REPLY, frame, read_frame
+from inferplex.routing.cooldown import Check, Gate, MemoryCooldowns
+from inferplex.shared_state.wire import CALL, OPENED, REPLY, Frames, frame
 
 log = logging.getLogger("inferplex.shared_state")
 
@@ -36,13 +36,49 @@ _GATES = {Gate.CLOSED: 0, Gate.PROBE: 1, Gate.OPEN: 2}
 _STATES = {"closed": 0, "half_open": 1, "open": 2}
 
 
-class _Peer:
-    __slots__ = ("hears_openings", "slots", "writer")
+def _ran(step: Coroutine[Any, Any, Any]) -> Any:
+    """The result of a memory store's method: async for the interface's sake, it never waits, so it runs to
+    its end in one step (and a frame is applied without a pass of the event loop in between)."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value
+    step.close()
+    raise RuntimeError("a memory store's method waited")
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+
+class _Peer(asyncio.Protocol):
+    """One worker's connection: each frame it sends is applied whole and answered at once."""
+
+    def __init__(self, coordinator: Coordinator) -> None:
+        self.coordinator = coordinator
+        self.frames = Frames()
+        self.transport: asyncio.WriteTransport | None = None
         self.slots: set[Slot] = set()
         self.hears_openings = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.WriteTransport, transport)  # uvloop's is one, without subclassing it
+        self.coordinator.peers.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        try:
+            for kind, ops in self.frames.feed(data):
+                if kind != CALL:
+                    raise ConnectionError(f"unexpected frame {kind!r}")
+                self.transport.write(frame(REPLY, [self.coordinator.apply(self, op) for op in ops]))
+        except Exception:
+            log.exception("shared state: a worker sent what could not be applied; its connection is closed")
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.coordinator.peers.discard(self)
+        self.coordinator.gone(self)
+
+    def tell(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
 
 
 class Coordinator:
@@ -50,7 +86,7 @@ class Coordinator:
         self.limits = MemoryLimits()
         self.cooldowns = MemoryCooldowns()
         self._owner: dict[Slot, _Peer] = {}
-        self._peers: set[_Peer] = set()
+        self.peers: set[_Peer] = set()
         self._policies: dict[tuple[int, float, float], CooldownConfig] = {}
         self._ops: dict[str, Callable[[_Peer, list[Any]], Any]] = {
             "a": self._admit,
@@ -66,38 +102,14 @@ class Coordinator:
         }
 
     async def serve(self, path: str) -> asyncio.Server:
-        server = await asyncio.start_unix_server(self._connected, path)
+        server = await asyncio.get_running_loop().create_unix_server(lambda: _Peer(self), path)
         os.chmod(path, 0o600)  # only the gateway's own user may talk to it
         return server
 
-    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = _Peer(writer)
-        self._peers.add(peer)
-        try:
-            while True:
-                kind, ops = await read_frame(reader)
-                if kind != CALL:
-                    raise ConnectionError(f"unexpected frame {kind!r}")
-                writer.write(frame(REPLY, [await self._apply(peer, op) for op in ops]))
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            if not isinstance(exc, asyncio.IncompleteReadError):
-                log.warning("shared state: a worker's connection failed: %s", exc)
-        except Exception:
-            log.exception("shared state: a worker sent what could not be applied; its connection is closed")
-        finally:
-            self._peers.discard(peer)
-            self._gone(peer)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    def apply(self, peer: _Peer, op: list[Any]) -> Any:
+        return self._ops[op[0]](peer, op)
 
-    async def _apply(self, peer: _Peer, op: list[Any]) -> Any:
-        result = self._ops[op[0]](peer, op)
-        if asyncio.iscoroutine(result):  # the memory stores' methods are async but never wait
-            return await result
-        return result
-
-    def _gone(self, peer: _Peer) -> None:
+    def gone(self, peer: _Peer) -> None:
         """A worker's connection closed: the slots it still owns are free (its requests are gone with it,
         or it re-declares them on a new connection, which then owns them)."""
         mine = [slot for slot in peer.slots if self._owner.get(slot) is peer]
@@ -121,9 +133,9 @@ class Coordinator:
     # ["u", key], ["h", slots]. A rate is [key, amount, limit, window_s, slots, age_s]; a hold [key, limit,
     # holder]; a slot or release [key, holder].
 
-    async def _admit(self, peer: _Peer, op: list[Any]) -> list[Any]:
+    def _admit(self, peer: _Peer, op: list[Any]) -> list[Any]:
         holds = [Hold(*h) for h in op[2]]
-        verdict = await self.limits.admit([Rate(*r) for r in op[1]], holds)
+        verdict = _ran(self.limits.admit([Rate(*r) for r in op[1]], holds))
         for hold, taken in zip(holds, verdict.taken, strict=True):
             if taken:
                 self._own(peer, (hold.key, hold.holder))
@@ -136,23 +148,24 @@ class Coordinator:
         self.limits.finish([Rate(*r) for r in op[1]], releases)
         return 1
 
-    async def _try_acquire(self, peer: _Peer, op: list[Any]) -> bool:
-        taken = await self.limits.try_acquire(op[1], op[2], op[3])
+    def _try_acquire(self, peer: _Peer, op: list[Any]) -> bool:
+        taken: bool = _ran(self.limits.try_acquire(op[1], op[2], op[3]))
         if taken:
             self._own(peer, (op[1], op[3]))
         return taken
 
-    async def _take(self, peer: _Peer, op: list[Any]) -> list[Any]:
-        return list(await self.limits.take(Rate(*op[1])))
+    def _take(self, peer: _Peer, op: list[Any]) -> list[Any]:
+        return list(_ran(self.limits.take(Rate(*op[1]))))
 
-    async def _in_use(self, peer: _Peer, op: list[Any]) -> int:
-        return await self.limits.in_use(op[1])
+    def _in_use(self, peer: _Peer, op: list[Any]) -> int:
+        count: int = _ran(self.limits.in_use(op[1]))
+        return count
 
-    async def _hold(self, peer: _Peer, op: list[Any]) -> int:
+    def _hold(self, peer: _Peer, op: list[Any]) -> int:
         """A reconnecting worker's slots, held by requests still running there: taken whatever the limit (they
         were admitted under it), and owned by this connection from now on."""
         for key, holder in op[1]:
-            await self.limits.try_acquire(key, sys.maxsize, holder)
+            _ran(self.limits.try_acquire(key, sys.maxsize, holder))
             self._own(peer, (key, holder))
         return len(op[1])
 
@@ -165,26 +178,26 @@ class Coordinator:
             found = self._policies[shape] = CooldownConfig(failures=shape[0], window=shape[1], period=shape[2])
         return found
 
-    async def _check(self, peer: _Peer, op: list[Any]) -> list[Any]:
+    def _check(self, peer: _Peer, op: list[Any]) -> list[Any]:
         peer.hears_openings = True
-        check = await self.cooldowns.check(op[1], self._policy(op))
+        check: Check = _ran(self.cooldowns.check(op[1], self._policy(op)))
         return [_GATES[check.gate], check.retry_in]
 
-    async def _failure(self, peer: _Peer, op: list[Any]) -> bool:
+    def _failure(self, peer: _Peer, op: list[Any]) -> bool:
         peer.hears_openings = True
-        opened = await self.cooldowns.failure(op[1], self._policy(op))
+        opened: bool = _ran(self.cooldowns.failure(op[1], self._policy(op)))
         if opened:
             told = frame(OPENED, op[1])
-            for other in self._peers:
+            for other in self.peers:
                 if other.hears_openings and other is not peer:
-                    other.writer.write(told)
+                    other.tell(told)
         return opened
 
-    async def _success(self, peer: _Peer, op: list[Any]) -> None:
-        await self.cooldowns.success(op[1])
+    def _success(self, peer: _Peer, op: list[Any]) -> None:
+        _ran(self.cooldowns.success(op[1]))
 
-    async def _states(self, peer: _Peer, op: list[Any]) -> list[Any]:
-        return [[_STATES[state], wait] for state, wait in await self.cooldowns.states(op[1])]
+    def _states(self, peer: _Peer, op: list[Any]) -> list[Any]:
+        return [[_STATES[state], wait] for state, wait in _ran(self.cooldowns.states(op[1]))]
 
 
 async def run(path: str, parent: int | None = None) -> None:

@@ -13,18 +13,50 @@ first on every new connection) declares it again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from inferplex.batching import Batcher, StoreObserver
-from inferplex.listening import stop
-from inferplex.shared_state.wire import CALL, OPENED, REPLY, frame, read_frame
+from inferplex.shared_state.wire import CALL, OPENED, REPLY, Frames, frame
 
 log = logging.getLogger("inferplex.shared_state")
 
 Op = list[Any]
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to the coordinator: replies resolve the call in flight, openings go to the link."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self.frames = Frames()
+        self.transport: asyncio.WriteTransport | None = None
+        self.reply: asyncio.Future[list[Any]] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.WriteTransport, transport)  # uvloop's is one, without subclassing it
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.frames.feed(data)
+        except ConnectionError:
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        for kind, payload in frames:
+            if kind == REPLY:
+                reply, self.reply = self.reply, None
+                if reply is not None and not reply.done():
+                    reply.set_result(payload)
+            elif kind == OPENED and self.link.opened is not None:
+                self.link.opened(payload)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reply, self.reply = self.reply, None
+        if reply is not None and not reply.done():
+            reply.set_exception(ConnectionError("the coordinator closed the connection"))
+        self.link.closed(self)
 
 
 class Link:
@@ -39,18 +71,16 @@ class Link:
     ) -> None:
         self.path = path
         self.timeout_s = timeout_s
+        self.opened = opened
         self._hello = hello
-        self._opened = opened
         self._lost = lost
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
-        self._reply: asyncio.Future[list[Any]] | None = None
+        self._connection: _Connection | None = None
         self._failing = False
         self._batch: Batcher[Op, Any] = Batcher(self._run)
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None
+        return self._connection is not None
 
     def call(self, op: Op) -> asyncio.Future[Any]:
         """`op`'s result, from the next round trip (or the exception that failed it)."""
@@ -66,8 +96,8 @@ class Link:
     async def _run(self, ops: list[Op]) -> list[Any]:
         try:
             async with asyncio.timeout(self.timeout_s):
-                writer = self._writer or await self._connect()
-                return await self._round_trip(writer, ops)
+                connection = self._connection or await self._connect()
+                return await _round_trip(connection, ops)
         except BaseException as exc:
             self._drop()
             if not self._failing and isinstance(exc, Exception):
@@ -75,63 +105,46 @@ class Link:
                 log.warning("shared state coordinator unavailable at %s (%s: %s)", self.path, type(exc).__name__, exc)
             raise
 
-    async def _round_trip(self, writer: asyncio.StreamWriter, ops: list[Op]) -> list[Any]:
-        reply: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self._reply = reply
-        writer.write(frame(CALL, ops))
-        results = await reply
-        if len(results) != len(ops):
-            raise ConnectionError(f"{len(ops)} calls got {len(results)} results")
-        return results
-
-    async def _connect(self) -> asyncio.StreamWriter:
-        reader, writer = await asyncio.open_unix_connection(self.path)
-        self._writer = writer
-        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader), name="shared-state-link")
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        _, connection = await loop.create_unix_connection(lambda: _Connection(self), self.path)
+        self._connection = connection
         hello = self._hello() if self._hello is not None else []
         if hello:
-            await self._round_trip(writer, hello)
+            await _round_trip(connection, hello)
         if self._failing:
             log.info("shared state coordinator at %s answers again", self.path)
             self._failing = False
-        return writer
+        return connection
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        try:
-            while True:
-                kind, payload = await read_frame(reader)
-                if kind == REPLY:
-                    reply, self._reply = self._reply, None
-                    if reply is not None and not reply.done():
-                        reply.set_result(payload)
-                elif kind == OPENED and self._opened is not None:
-                    self._opened(payload)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the coordinator went away (or sent nonsense): the next call reconnects
-            reply, self._reply = self._reply, None
-            if reply is not None and not reply.done():
-                reply.set_exception(ConnectionError(f"coordinator connection lost: {type(exc).__name__}"))
-            self._reader_task = None  # this task ends here; `_drop` must not cancel it
-            self._drop()
-
-    def _drop(self) -> None:
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.close()
+    def closed(self, connection: _Connection) -> None:
+        """The coordinator closed `connection` (it died, or was restarted): the next call opens another."""
+        if self._connection is connection:
+            self._connection = None
             if self._lost is not None:
                 self._lost()
-        task, self._reader_task = self._reader_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            if connection.transport is not None:
+                connection.transport.abort()
+            if self._lost is not None:
+                self._lost()
 
     async def aclose(self) -> None:
         await self._batch.aclose()
-        task, self._reader_task = self._reader_task, None
-        if task is not None:
-            await stop(task)
-        writer, self._writer = self._writer, None
-        if writer is not None:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        connection, self._connection = self._connection, None
+        if connection is not None and connection.transport is not None:
+            connection.transport.close()
+
+
+async def _round_trip(connection: _Connection, ops: list[Op]) -> list[Any]:
+    assert connection.transport is not None
+    reply: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+    connection.reply = reply
+    connection.transport.write(frame(CALL, ops))
+    results = await reply
+    if len(results) != len(ops):
+        raise ConnectionError(f"{len(ops)} calls got {len(results)} results")
+    return results

@@ -10,7 +10,6 @@ worst send wrong numbers, never run code in the other process.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 from typing import Any
 
@@ -29,9 +28,28 @@ def frame(kind: bytes, payload: Any) -> bytes:
     return _HEAD.pack(len(body), kind[0]) + body
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, Any]:
-    """The next frame's kind and payload; raises `asyncio.IncompleteReadError` at the end of the stream."""
-    size, kind = _HEAD.unpack(await reader.readexactly(_HEAD.size))
-    if size > MAX_FRAME:
-        raise ConnectionError(f"a frame of {size} bytes: not a coordinator peer")
-    return bytes((kind,)), orjson.loads(await reader.readexactly(size))
+class Frames:
+    """Cuts a byte stream into frames as it arrives (`asyncio.Protocol.data_received` hands over any number
+    of bytes: part of a frame, or several)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[bytes, Any]]:
+        """The frames `data` completes, in order; raises ConnectionError on a frame no peer sends."""
+        buffer = self._buffer
+        buffer += data
+        out = []
+        at = 0
+        while len(buffer) - at >= _HEAD.size:
+            size, kind = _HEAD.unpack_from(buffer, at)
+            if size > MAX_FRAME:
+                raise ConnectionError(f"a frame of {size} bytes: not a coordinator peer")
+            end = at + _HEAD.size + size
+            if len(buffer) < end:
+                break
+            out.append((bytes((kind,)), orjson.loads(memoryview(buffer)[at + _HEAD.size : end])))
+            at = end
+        if at:
+            del buffer[:at]
+        return out
