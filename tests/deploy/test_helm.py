@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from inferplex.config import parse_config
 from tests.deploy import files
 from tests.deploy.tools import Tools
 from tests.gateway_server import GatewayServer
@@ -69,7 +70,8 @@ def test_helm_lint_passes(deploy_tools: Tools) -> None:
 
 
 def test_every_rendered_object_matches_the_kubernetes_schema(deploy_tools: Tools, tmp_path: Path) -> None:
-    for sets, name in (((), "default"), (("configInSecret=true", "podDisruptionBudget.enabled=false"), "other")):
+    other = ("configInSecret=true", "podDisruptionBudget.enabled=false", "metrics.enabled=true")
+    for sets, name in (((), "default"), (other, "other")):
         rendered = tmp_path / f"{name}.yaml"
         rendered.write_text(yaml.safe_dump_all(render(deploy_tools, *sets)))
         done = subprocess.run(
@@ -212,3 +214,22 @@ def test_the_secrets_are_references_never_values(docs: list[dict[str, Any]], gat
         assert field.startswith("env:")
     secret_env = [e for e in gateway["containers"][0]["env"] if "valueFrom" in e]
     assert {e["name"] for e in secret_env} >= {"INFERPLEX_MASTER_KEY", "PGPASSWORD"}
+
+
+def test_metrics_on_a_port_of_their_own_reach_config_container_and_annotations(deploy_tools: Tools) -> None:
+    docs = render(deploy_tools, "metrics.enabled=true", "metrics.port=9555")
+    config = config_of(find(docs, "ConfigMap"))
+    assert config["observability"]["metrics"]["listen"] == "0.0.0.0:9555"
+    pod = find(docs, "Deployment")["spec"]["template"]
+    ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert ports["metrics"] == 9555
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9555"
+    parse_config(config)
+    # every worker would bind the metrics port: refused when rendering, not at the pods' start
+    done = subprocess.run(
+        [deploy_tools.helm, "template", "rel", files.CHART, "--set", "metrics.enabled=true", "--set", "workers=2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "workers: 1" in done.stderr

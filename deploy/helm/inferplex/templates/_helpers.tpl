@@ -51,6 +51,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $_ := set $server "drain_s" .Values.drain.graceSeconds -}}
 {{- $config := deepCopy .Values.config -}}
 {{- $_ := set $config "server" $server -}}
+{{- if .Values.metrics.enabled -}}
+{{- $observability := default dict $config.observability -}}
+{{- $metrics := default dict $observability.metrics -}}
+{{- $_ := set $metrics "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port)) -}}
+{{- $_ := set $observability "metrics" $metrics -}}
+{{- $_ := set $config "observability" $observability -}}
+{{- end -}}
 {{- toYaml $config -}}
 {{- end -}}
 
