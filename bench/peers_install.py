@@ -15,6 +15,7 @@ used (pip, npm), nothing else is downloaded.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,11 @@ from pathlib import Path
 PEERS = Path(__file__).resolve().parent / ".peers"
 LITELLM = "1.106.12"  # the version issue 25's table measured (1.106)
 PORTKEY = "1.15.2"  # @portkey-ai/gateway; issue 25's table: 1.15
+# Portkey asks for @hono/node-server ^1.3.3, and npm picks the newest 1.x (1.19.19 here), with which every
+# stream fails ("TypeError: immutable" when Portkey adds its headers to the upstream's response:
+# Portkey-AI/gateway issue 1389). 1.14.2, which that issue names as the last good one, fails the same way
+# with Node 20 here; 1.11.0 streams (checked by hand: buffered and streamed calls both answer).
+HONO_NODE_SERVER = "1.11.0"
 
 
 def litellm_bin() -> Path:
@@ -36,6 +42,7 @@ def portkey_server() -> Path:
 
 
 def _stamped(name: str, version: str) -> bool:
+    """Whether `name` is installed at `version` (the stamp is written last, so a broken install has none)."""
     stamp = PEERS / f"{name}.version"
     return stamp.exists() and stamp.read_text().strip() == version
 
@@ -59,19 +66,19 @@ def install_litellm() -> Path:
 
 def install_portkey() -> Path:
     """`@portkey-ai/gateway` pinned, with npm (no global install, no postinstall downloads of its own)."""
-    if _stamped("portkey", PORTKEY) and portkey_server().exists():
+    if _stamped("portkey", f"{PORTKEY} hono-node-server {HONO_NODE_SERVER}") and portkey_server().exists():
         return portkey_server()
     if shutil.which("npm") is None or shutil.which("node") is None:
         raise SystemExit("node and npm are needed for Portkey's gateway: apt-get install -y nodejs npm")
     where = PEERS / "portkey"
     where.mkdir(parents=True, exist_ok=True)
-    if not (where / "package.json").exists():
-        (where / "package.json").write_text('{"name": "inferplex-bench-peers", "private": true}\n')
+    package = {"name": "inferplex-bench-peers", "private": True, "overrides": {"@hono/node-server": HONO_NODE_SERVER}}
+    (where / "package.json").write_text(json.dumps(package, indent=2) + "\n")
     cmd = ["npm", "install", "--no-audit", "--no-fund", "--omit=dev", "--save-exact", f"@portkey-ai/gateway@{PORTKEY}"]
     subprocess.run(cmd, cwd=where, check=True)
     if not portkey_server().exists():
         raise SystemExit(f"Portkey installed but {portkey_server()} is missing: its layout changed")
-    _stamp("portkey", PORTKEY)
+    _stamp("portkey", f"{PORTKEY} hono-node-server {HONO_NODE_SERVER}")
     return portkey_server()
 
 
