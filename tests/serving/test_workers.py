@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 
+from tests.gateway_server import free_port
 from tests.serving.conftest import config
 from tests.serving.test_drain import _stream
 from tests.serving.upstream import PacedUpstream
@@ -208,3 +209,16 @@ def test_the_shared_state_coordinator_is_restarted_when_it_dies(
     client = served.client()
     for _ in range(5):
         assert client.chat.completions.create(model="ok", messages=HI).choices[0].message.content == "ok"
+
+
+def test_a_separate_metrics_listener_is_served_by_one_worker_and_every_worker_starts(
+    serve: Any, upstream: PacedUpstream, tmp_path: Path
+) -> None:
+    listen = free_port()
+    cfg = config(upstream, tmp_path)
+    cfg["observability"] = {"metrics": {"listen": f"127.0.0.1:{listen}"}}
+    served = serve(cfg, workers=2)
+    served.wait_log("serving with 2 workers")
+    assert len(served.worker_pids(2)) == 2
+    scrape = httpx.get(f"http://127.0.0.1:{listen}/metrics")
+    assert scrape.status_code == 200 and "inferplex_" in scrape.text

@@ -85,6 +85,17 @@ def _die_with(parent: int) -> None:
         sys.exit(0)
 
 
+def for_slot(config: Config, slot: int) -> Config:
+    """The config worker `slot` runs: a separate metrics listener (`observability.metrics.listen`) binds a port
+    of its own, which one process only can hold, so worker 0 serves it (with its own series: /metrics is per
+    worker, docs/deploy.md) and the others leave it out rather than fail to start."""
+    metrics = config.observability.metrics
+    if slot == 0 or metrics.listen is None:
+        return config
+    observability = config.observability.model_copy(update={"metrics": metrics.model_copy(update={"listen": None})})
+    return config.model_copy(update={"observability": observability})
+
+
 def worker_count() -> int:
     """One worker per core this process may run on (its CPU affinity, which a container's cpuset narrows)."""
     return len(os.sched_getaffinity(0)) or 1
@@ -101,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     _die_with(args.parent)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a reload is the supervisor's: it starts new workers
     config = load_config(args.config) if args.config else parse_config(DEFAULT_CONFIG, "<embedded defaults>")
+    config = for_slot(config, args.slot)
     configure_logging(config)
     sock = socket.socket(fileno=args.fd)
     host, port = sock.getsockname()[:2]
