@@ -265,7 +265,8 @@ def nice_max(v: float) -> float:
     return 10 * power
 
 
-def svg_plot(rows: list[dict[str, Any]], title: str) -> str:
+def svg_plot(rows: list[dict[str, Any]], title: str, minutes: float | None = None) -> str:
+    """The plot, x from 0 to `minutes` (the run's planned length, so a run in progress shows where it is)."""
     width, panel_h, left, right, top = 760, 170, 60, 20, 40
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + len(PANELS) * (panel_h + 40)}" '
@@ -274,7 +275,9 @@ def svg_plot(rows: list[dict[str, Any]], title: str) -> str:
         f'<text x="{left}" y="20" font-size="13" font-weight="bold">{title}</text>',
     ]
     xs = [float(r["minute"]) for r in rows] or [0.0]
-    xmax = max(max(xs), 1.0)
+    span = max([*xs, minutes or 0.0, 1.0])
+    xstep = next((step for step in (1, 2, 5, 10, 20, 30, 60, 120, 300) if span / step <= 8), 600)
+    xmax = xstep * -(-span // xstep)  # the span rounded up to a whole step
     inner_w = width - left - right
     for i, (label, names) in enumerate(PANELS):
         y0 = top + i * (panel_h + 40) + 10
@@ -285,9 +288,9 @@ def svg_plot(rows: list[dict[str, Any]], title: str) -> str:
             y = y0 + panel_h - k * panel_h / 4
             out.append(f'<line x1="{left}" x2="{left + inner_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>')
             out.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">{ymax * k / 4:g}</text>')
-        for k in range(7):  # x labels (minutes)
-            x = left + k * inner_w / 6
-            out.append(f'<text x="{x:.1f}" y="{y0 + panel_h + 14}" text-anchor="middle">{xmax * k / 6:.0f}</text>')
+        for k in range(int(xmax // xstep) + 1):  # x labels (minutes)
+            x = left + k * xstep / xmax * inner_w
+            out.append(f'<text x="{x:.1f}" y="{y0 + panel_h + 14}" text-anchor="middle">{k * xstep}</text>')
         for j, name in enumerate(names):
             pts = " ".join(
                 f"{left + float(r['minute']) / xmax * inner_w:.1f},{y0 + panel_h - float(r[name]) / ymax * panel_h:.1f}"
@@ -367,7 +370,7 @@ def soak(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 rows.append(row)
                 with open(csv_path, "a", newline="") as f:
                     csv.DictWriter(f, FIELDS).writerow(row)
-                (out / "soak.svg").write_text(svg_plot(rows, title_of(args)))
+                (out / "soak.svg").write_text(svg_plot(rows, title_of(args), args.minutes))
                 print(
                     f"[{row['utc']}] minute {n}: RSS {row['rss_mb']} MB, fds {row['fds']}, tcp {row['tcp']} "
                     f"(pg {row['tcp_postgres']}, redis {row['tcp_redis']}), ok {row['ok']}/{row['sent']}, "
@@ -421,8 +424,8 @@ def main() -> int:
         rows = read_csv(csv_path)
         svg = Path(args.svg) if args.svg else csv_path.with_suffix(".svg")
         summary = csv_path.parent / "summary.json"
-        day = json.loads(summary.read_text())["started"][:10] if summary.exists() else "?"
-        title = f"Inferplex soak, every stage on: {len(rows)} minutes, {day}"
+        day = ", " + json.loads(summary.read_text())["started"][:10] if summary.exists() else ""
+        title = f"Inferplex soak, every stage on: {len(rows)} minutes{day}"
         svg.write_text(svg_plot(rows, title))
         print(json.dumps(summarize(rows, args.warmup_minutes), indent=2))
         return 0
