@@ -225,7 +225,7 @@ def test_metrics_on_a_port_of_their_own_reach_config_container_and_annotations(d
     assert ports["metrics"] == 9555
     assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9555"
     parse_config(config)
-    # every worker would bind the metrics port: refused when rendering, not at the pods' start
+    # with more workers the port would show worker 0's series only: refused when rendering
     done = subprocess.run(
         [deploy_tools.helm, "template", "rel", files.CHART, "--set", "metrics.enabled=true", "--set", "workers=2"],
         capture_output=True,
