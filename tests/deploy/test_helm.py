@@ -216,7 +216,9 @@ def test_the_secrets_are_references_never_values(docs: list[dict[str, Any]], gat
     assert {e["name"] for e in secret_env} >= {"INFERPLEX_MASTER_KEY", "PGPASSWORD"}
 
 
-def test_metrics_on_a_port_of_their_own_reach_config_container_and_annotations(deploy_tools: Tools) -> None:
+def test_metrics_on_a_port_of_their_own_reach_config_container_and_annotations(
+    deploy_tools: Tools, monkeypatch: pytest.MonkeyPatch
+) -> None:
     docs = render(deploy_tools, "metrics.enabled=true", "metrics.port=9555")
     config = config_of(find(docs, "ConfigMap"))
     assert config["observability"]["metrics"]["listen"] == "0.0.0.0:9555"
@@ -224,6 +226,8 @@ def test_metrics_on_a_port_of_their_own_reach_config_container_and_annotations(d
     ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
     assert ports["metrics"] == 9555
     assert pod["metadata"]["annotations"]["prometheus.io/port"] == "9555"
+    for name, value in container_env(pod["spec"]["containers"][0]).items():
+        monkeypatch.setenv(name, value)
     parse_config(config)
     # with more workers the port would show worker 0's series only: refused when rendering
     done = subprocess.run(
