@@ -11,8 +11,9 @@ caller sees it, against an upstream that answers after `--latency-ms` (50 ms, as
 - `key-postgres-redis`: every stage on: an API key with credits, rpm, tpm and a concurrency limit, the
   ledger on PostgreSQL, the limits in Redis, a usage row per request (bench/accounts.py's set-up).
 
-With `--compare SRC` every gateway runs a second time from another checkout's `src/` (`<name>@compare`), so
-a change is measured A against B in the same run. Servers take turns in short slots (`--duration` seconds
+With `--compare SRC` every gateway runs a second time from another checkout's `src/` (`<name>@<dir>`, the
+name of SRC's parent directory), so a change is measured A against B in the same run (several `--compare`:
+A against B, C...). Servers take turns in short slots (`--duration` seconds
 at one rate, open loop, bench/loadgen.py), each slot driving the server and the direct upstream together,
 over `--rounds` rounds, the order reversed every other round; each server is pinned alone on core 0 and is
 idle while the others are measured. Latencies (write of the request to the last byte) are pooled over the
@@ -133,7 +134,14 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--latency-ms", type=float, default=50, help="the fake upstream's fixed latency")
     p.add_argument("--only", default="reference,master,key-postgres-redis", help="servers to run")
-    p.add_argument("--compare", metavar="SRC", help="every gateway also from this src/ directory, same rounds")
+    p.add_argument(
+        "--compare",
+        metavar="SRC",
+        action="append",
+        default=[],
+        help="every gateway also from this src/ directory, same rounds, named <name>@<SRC's parent directory>; "
+        "may be given several times",
+    )
     p.add_argument("--compare-only", metavar="NAMES", help="with --compare: only these gateways a second time")
     p.add_argument("--quiet-wait", type=float, default=5, help="at most this long before each slot for a quiet machine")
     p.add_argument("--json", metavar="PATH", help="also write the raw percentiles here")
@@ -153,7 +161,9 @@ def main() -> int:
     servers: list[accounts.Server] = []
     created: list[str] = []
     prefix = f"inferplex_bench:{secrets.token_hex(4)}:"
-    builds: list[tuple[str, str | None]] = [("", None)] + ([("@compare", args.compare)] if args.compare else [])
+    builds: list[tuple[str, str | None]] = [("", None)] + [
+        ("@" + Path(src).resolve().parent.name, src) for src in args.compare
+    ]
     try:
         accounts.wait_http(f"http://127.0.0.1:{up_port}/health", upstream)
         up = f"http://127.0.0.1:{up_port}/v1"
