@@ -23,7 +23,6 @@ import httpx
 import pytest
 import yaml
 
-import inferplex.cli
 from inferplex.shared_state import ENV, spawn
 from tests.gateway_server import free_port
 
@@ -72,11 +71,6 @@ def stop(proc: subprocess.Popen[Any]) -> None:
             proc.wait()
 
 
-def _one_worker() -> list[str]:
-    """`--workers 1` once the CLI has it: each process here is one worker, the test is the supervisor."""
-    return ["--workers", "1"] if "--workers" in Path(inferplex.cli.__file__).read_text() else []
-
-
 @contextmanager
 def workers(config: dict[str, Any], tmp: Path, count: int, socket: str | None) -> Iterator[list[str]]:
     """`count` gateway processes with `config` (SQLite in `tmp`), sharing the coordinator at `socket` when
@@ -92,23 +86,25 @@ def workers(config: dict[str, Any], tmp: Path, count: int, socket: str | None) -
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for port in ports:
+            # `--workers 1`: each process is one worker, and the test is its supervisor.
             command = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)]
-            procs.append(
-                subprocess.Popen(command + _one_worker(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            )
+            command += ["--workers", "1"]
+            log = tmp / f"worker-{port}.log"  # a file, not a pipe: a full pipe would block a chatty worker
+            with log.open("wb") as out:
+                procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=out))
             # One at a time: the first runs the migrations on the fresh SQLite file (the supervisor's job).
-            _wait_until_up(f"http://127.0.0.1:{port}", procs[-1])
+            _wait_until_up(f"http://127.0.0.1:{port}", procs[-1], log)
         yield [f"http://127.0.0.1:{port}" for port in ports]
     finally:
         for proc in procs:
             stop(proc)
 
 
-def _wait_until_up(url: str, proc: subprocess.Popen[bytes]) -> None:
+def _wait_until_up(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:
-            raise AssertionError(proc.stderr.read().decode() if proc.stderr else "exited")
+            raise AssertionError(log.read_text())
         try:
             if httpx.get(url + "/health").status_code == 200:
                 return

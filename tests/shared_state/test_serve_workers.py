@@ -35,21 +35,22 @@ def served(fake_openai: FakeOpenAI, tmp_path: Path) -> Iterator[tuple[str, subpr
     env = {**os.environ, "INFERPLEX_TEST_MASTER": MASTER}
     env.pop("INFERPLEX_SHARED_STATE", None)
     command = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port), "--workers", "2"]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with (tmp_path / "serve.log").open("wb") as log:  # a file, not a pipe: a full pipe would block the server
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_for_two_workers(url, proc)
+        _wait_for_two_workers(url, proc, tmp_path / "serve.log")
         yield url, proc
     finally:
         stop(proc)
 
 
-def _wait_for_two_workers(url: str, proc: subprocess.Popen[bytes]) -> None:
+def _wait_for_two_workers(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     """Until two distinct worker pids answer on the port (each request on a new connection)."""
     pids: set[int] = set()
     deadline = time.monotonic() + 90
     while len(pids) < 2:
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert proc.poll() is None, log.read_text()
         assert time.monotonic() < deadline, f"two workers did not answer: {pids}"
         try:
             r = httpx.get(url + "/health/ready")
