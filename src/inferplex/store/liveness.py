@@ -10,8 +10,8 @@ exceed the longest request). With it, the bound is the lease:
   so everything a lost replica held comes back on one clock).
 - A replica stopped cleanly deletes its row once its last settlements are written (or, if some wait in its
   spool, leaves its reservations to the spool's next writer: see `aclose`).
-- Every replica looks every third of `lease_s` for rows whose lease lapsed, leases one at a time to itself
-  (store/leasing.py `claim_due`, so two survivors never work on the same row), and releases each
+- Every replica looks every third of `lease_s` for rows whose lease lapsed, leases them to itself
+  (store/leasing.py `claim_due`, so two survivors do not work on the same row), and releases each
   reservation noted with the lost replica's id that has no settlement, through `Ledger.replay`: the
   exactly-once path of the spool and the orphan sweeper (under the account's row lock; a settlement that
   arrives afterwards is skipped). Then it deletes the row.
@@ -24,9 +24,12 @@ Not released here: reservations handed to a durable job (a video job, a batch li
 request id, and whichever replica picks the job up settles it), and any reservation of a replica that
 stopped with settlements still in its spool (the spool settles them when written back).
 
-A replica cut from the database for longer than its lease, though alive, is taken for lost: its open
-reservations are released, so those requests are not charged (never charged twice); its next renewal
-finds its row gone and registers again.
+A replica cut from the database (or starved of CPU) for longer than its lease, though alive, is taken for
+lost: its open reservations are released. A lapsed lease is never renewed: its next renewal registers under
+a new id, and what it reserved under the old one is settled through the spool from then on
+(store/holding.py), which skips a reservation already released: those requests go uncharged, never refunded
+twice. Lapse is judged on each replica's clock: replicas' clocks must agree within a third of the lease
+(NTP does far better).
 """
 
 from __future__ import annotations
