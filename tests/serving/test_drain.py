@@ -53,7 +53,9 @@ def test_sigterm_drains_a_stream_turns_not_ready_at_once_and_exits_0(
     # Not ready at once; alive all along; still accepting (and answering) during the drain delay.
     not_ready = httpx.get(served.url + "/health/ready")
     assert not_ready.status_code == 503 and not_ready.json()["error"]["code"] == "draining"
-    assert httpx.get(served.url + "/health").status_code == 200
+    alive = httpx.get(served.url + "/health")
+    assert alive.status_code == 200
+    assert alive.headers["connection"] == "close"  # keep-alive clients are moved off before the listener closes
     answer = served.client().chat.completions.create(model="ok", messages=[{"role": "user", "content": "hi"}])
     assert answer.choices[0].message.content == "ok"
     # After the delay, new connections are refused while the stream goes on.
