@@ -23,12 +23,17 @@ knows the ASKING dance, for that one call. A lost connection or CLUSTERDOWN make
 slot map first, so a failed-over master is found as soon as the cluster has promoted its replica. Behind
 Sentinel the connection is the Sentinel pool's own kind: each connect asks the sentinels for the master, and
 a write that meets a demoted master is turned into a lost connection by redis-py, so the retry below reaches
-the new one.
+the new one. A demoted master that is still up is not read-only at once, though: Sentinel reconfigures it
+(and closes its clients) only seconds after promoting its replica, and writes sent to it meanwhile are lost.
+So from the first call on, the sentinels are asked where the master is every `MASTER_CHECK_S`, in the
+background (one small round trip a second), and a connection to any other address is dropped before the next
+call: writes follow a failover within about that long of the sentinels naming the new master.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 from collections.abc import Sequence
@@ -36,6 +41,7 @@ from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import AskError, ClusterDownError, MovedError, NoScriptError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -44,6 +50,8 @@ from inferplex.redis_connect import Client
 
 # How many MOVED replies one call follows before it gives up (a slot moves once per failover or reshard).
 _MAX_MOVES = 3
+# Behind Sentinel: how often the sentinels are asked where the master is.
+MASTER_CHECK_S = 1.0
 
 
 def pack(args: Sequence[str | bytes | int | float]) -> bytes:
@@ -68,6 +76,9 @@ class DedicatedScript:
             client.connection_kwargs if isinstance(client, RedisCluster) else client.connection_pool.connection_kwargs
         )
         self._read_timeout: float | None = kwargs.get("socket_timeout")
+        self._sentinel = self._pool if isinstance(self._pool, SentinelConnectionPool) else None
+        self._master: tuple[str, int] | None = None  # behind Sentinel: where the sentinels last said it is
+        self._watching: asyncio.Task[None] | None = None
 
     async def _connection(self, keys: Sequence[str]) -> AbstractConnection:
         """The connection to use for a call on `keys`: one of our own, made by the client's pool, or on a
@@ -76,6 +87,8 @@ class DedicatedScript:
         if cluster is None:
             if self._conn is None:
                 self._conn = self._pool.make_connection()  # type: ignore[union-attr]
+            if self._sentinel is not None:
+                await self._follow_master(self._conn)
             return self._conn
         await cluster.initialize()  # at once when done already
         if self._stale:
@@ -90,6 +103,24 @@ class DedicatedScript:
             self._conn = node.connection_class(**node.connection_kwargs)
             self._node = node.name
         return self._conn
+
+    async def _follow_master(self, conn: AbstractConnection) -> None:
+        """Behind Sentinel: drop a connection to an address the sentinels no longer call the master. The first
+        call starts the watch that asks them every `MASTER_CHECK_S` (module docstring)."""
+        if self._watching is None:
+            self._watching = asyncio.get_running_loop().create_task(self._watch(), name="sentinel-master-watch")
+        master = self._master
+        if master is not None and conn.is_connected and (conn.host, conn.port) != master:  # type: ignore[attr-defined]
+            await conn.disconnect(nowait=True)
+
+    async def _watch(self) -> None:
+        assert self._sentinel is not None
+        while True:
+            try:
+                self._master = await self._sentinel.get_master_address()  # type: ignore[no-untyped-call]
+            except Exception:  # sentinels down: the calls themselves find the outage out, and say so
+                pass
+            await asyncio.sleep(MASTER_CHECK_S)
 
     async def _connected(self, keys: Sequence[str]) -> AbstractConnection:
         """The connection, (re)connected if need be, with no timeout on writes: redis-py bounds a write with
@@ -183,5 +214,9 @@ class DedicatedScript:
             raise RedisTimeoutError("Timeout reading from Redis") from None
 
     async def aclose(self) -> None:
+        if self._watching is not None:
+            self._watching.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watching
         if self._conn is not None:
             await self._conn.disconnect()

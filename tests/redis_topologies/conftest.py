@@ -21,6 +21,8 @@ from tests.conftest import UPSTREAM_KEY
 from tests.fakes.flip_upstream import FlipOpenAI
 
 SERVICE = "inferplex-test"
+# A node that stops answering for a second is failed over by its replica (Redis's default waits 15 s).
+CLUSTER_NODE = ("--cluster-enabled", "yes", "--cluster-node-timeout", "1000")
 
 
 def _install_redis() -> str | None:
@@ -118,6 +120,11 @@ class Cluster:
     def url(self) -> str:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports[:2])
 
+    @property
+    def live(self) -> list[int]:
+        """The nodes still running (a test may have killed one)."""
+        return [p for p in self.ports if p in self.servers.procs]
+
     def client(self) -> redis.RedisCluster:
         return redis.RedisCluster(host="127.0.0.1", port=self.ports[0])
 
@@ -144,7 +151,7 @@ def cluster(redis_binaries: None, tmp_path_factory: pytest.TempPathFactory) -> I
     ports = free_ports(6)
     try:
         for port in ports:
-            servers.start(port, "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf")
+            servers.start(port, *CLUSTER_NODE, "--cluster-config-file", f"nodes-{port}.conf")
         nodes = [f"127.0.0.1:{p}" for p in ports]
         subprocess.run(
             ["redis-cli", "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"],
@@ -185,6 +192,11 @@ class SentinelSetup:
         addr = redis.Redis(port=self.sentinel).execute_command("SENTINEL GET-MASTER-ADDR-BY-NAME", SERVICE)
         return int(addr[1])
 
+    def has_replica(self) -> bool:
+        """The sentinel knows a healthy replica: one it could promote."""
+        replicas = redis.Redis(port=self.sentinel).sentinel_slaves(SERVICE)
+        return any(r["is_slave"] and not r["is_sdown"] and not r["is_disconnected"] for r in replicas)
+
 
 @pytest.fixture(scope="module")
 def sentinel(redis_binaries: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSetup]:
@@ -205,12 +217,9 @@ def sentinel(redis_binaries: None, tmp_path_factory: pytest.TempPathFactory) -> 
         servers.start(sentinel_port, "--sentinel", config=str(conf))
         eventually(lambda: _replica_in_sync(replica), 30, "the replica is in sync")
 
-        def seen() -> bool:
-            replicas = redis.Redis(port=sentinel_port).sentinel_slaves(SERVICE)
-            return any(r["is_slave"] and not r["is_sdown"] and not r["is_disconnected"] for r in replicas)
-
-        eventually(seen, 30, "the sentinel has seen the replica")
-        yield SentinelSetup(servers, master, replica, sentinel_port)
+        setup = SentinelSetup(servers, master, replica, sentinel_port)
+        eventually(setup.has_replica, 30, "the sentinel has seen the replica")
+        yield setup
     finally:
         servers.stop()
 

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 from inferplex.batching import Batcher, StoreObserver
 from inferplex.limits import ROUNDING_S, Hold, LimitsUnavailable, Quota, Rate, Verdict, remaining
 from inferplex.limits.leases import Leases, Slot
-from inferplex.redis_connect import connect, keyspace
+from inferplex.redis_connect import aclose, connect, keyspace
 from inferplex.redis_script import DedicatedScript
 
 log = logging.getLogger("inferplex.limits")
@@ -465,4 +465,4 @@ class RedisLimits:
         await self._batch.aclose()
         await self.leases.aclose()
         await self._script.aclose()
-        await self.redis.aclose()
+        await aclose(self.redis)

@@ -393,4 +393,6 @@ class RedisCooldowns:
             await stop(self._listener)
         await self._checks.aclose()
         await self._check.aclose()
-        await self._redis.aclose()
+        from inferplex.redis_connect import aclose
+
+        await aclose(self._redis)
