@@ -52,7 +52,7 @@ def limit_store(config: Config) -> LimitStore:
         )
     shared = shared_state.configured()  # one of several workers on a machine: the coordinator keeps them
     if shared:
-        return SharedLimits(shared, fail_open=s.redis_failure == "open", timeout_s=s.redis_timeout_s)
+        return SharedLimits(shared, fail_open=s.redis_failure == "open")
     return MemoryLimits()
 
 

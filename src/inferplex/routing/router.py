@@ -436,7 +436,7 @@ def build_router(config: Config, catalog: Catalog) -> Router:
     if url:
         cooldowns = RedisCooldowns(url, config.routing.redis_prefix)
     elif shared:
-        cooldowns = SharedCooldowns(shared, timeout_s=config.storage.redis_timeout_s)
+        cooldowns = SharedCooldowns(shared)
     else:
         cooldowns = MemoryCooldowns()
     return Router(catalog, cooldowns)

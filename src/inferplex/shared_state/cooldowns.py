@@ -19,7 +19,7 @@ from typing import Any
 from inferplex.batching import StoreObserver
 from inferplex.config import CooldownConfig
 from inferplex.routing.cooldown import BreakerState, Check, Gate, State
-from inferplex.shared_state.link import Link
+from inferplex.shared_state.link import TIMEOUT_S, Link
 
 log = logging.getLogger("inferplex.shared_state")
 
@@ -29,7 +29,7 @@ _CLOSED = Check(Gate.CLOSED)
 
 
 class SharedCooldowns:
-    def __init__(self, path: str, *, timeout_s: float = 0.25) -> None:
+    def __init__(self, path: str, *, timeout_s: float = TIMEOUT_S) -> None:
         self._closed: set[str] = set()  # breakers found closed since the last opening we could have missed
         self._openings = 0  # bumped by every opening heard of, so a check that raced one keeps nothing
         self.link = Link(path, timeout_s=timeout_s, opened=self._opened, lost=self._forget)

@@ -1,11 +1,12 @@
 """The limit store of a worker among several (`inferplex serve --workers N`): every decision is made by the
 coordinator (coordinator.py), so rates, rolling windows and concurrency slots are global on the machine.
 
-A coordinator that cannot be reached follows `storage.redis_failure`, as Redis does (limits/redis.py):
-`open` admits with nothing enforced, `closed` refuses with a 503. The worker remembers which slots its
-running requests hold and declares them again on every new connection, so a restarted coordinator knows
-them: concurrency limits survive its restart; rate counts do not (they start afresh, so a key may get up to
-one more window's worth in the window the coordinator died in).
+A coordinator that cannot be reached (refused at once, or silent for `link.TIMEOUT_S`) follows
+`storage.redis_failure`, as Redis does (limits/redis.py): `open` admits with nothing enforced, `closed`
+refuses with a 503. The worker remembers which slots its running requests hold and declares them again on
+every new connection, so a restarted coordinator knows them: concurrency limits survive its restart; rate
+counts do not (they start afresh, so a key may get up to one more window's worth in the window the
+coordinator died in).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from inferplex.batching import StoreObserver
 from inferplex.limits import Hold, LimitsUnavailable, Quota, Rate, Verdict
-from inferplex.shared_state.link import Link, Op
+from inferplex.shared_state.link import TIMEOUT_S, Link, Op
 
 log = logging.getLogger("inferplex.shared_state")
 
@@ -25,7 +26,7 @@ Slot = tuple[str, str]
 
 
 class SharedLimits:
-    def __init__(self, path: str, *, fail_open: bool = True, timeout_s: float = 0.25) -> None:
+    def __init__(self, path: str, *, fail_open: bool = True, timeout_s: float = TIMEOUT_S) -> None:
         self.fail_open = fail_open
         self.held: set[Slot] = set()  # slots this worker's running requests hold
         self.link = Link(path, timeout_s=timeout_s, hello=self._hello)

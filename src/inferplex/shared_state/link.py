@@ -24,6 +24,13 @@ log = logging.getLogger("inferplex.shared_state")
 
 Op = list[Any]
 
+# How long a round trip may take before the coordinator counts as unavailable. It is a local process that
+# answers in well under a millisecond; on a machine so loaded that it does not answer within a second, it is
+# stuck (stopped, or starved), and the store's policy applies. Not `storage.redis_timeout_s` (0.25 s by
+# default, for a network hop): a busy 2-core machine can stall a process longer than that, and each stall
+# would then let a batch through unlimited.
+TIMEOUT_S = 1.0
+
 
 class _Connection(asyncio.Protocol):
     """One connection to the coordinator: replies resolve the call in flight, openings go to the link."""
@@ -64,7 +71,7 @@ class Link:
         self,
         path: str,
         *,
-        timeout_s: float = 0.25,
+        timeout_s: float = TIMEOUT_S,
         hello: Callable[[], list[Op]] | None = None,
         opened: Callable[[str], None] | None = None,
         lost: Callable[[], None] | None = None,
