@@ -25,7 +25,7 @@ from inferplex.admin.models import CreditChange, KeyCreate, invalid
 from inferplex.config import Config
 from inferplex.errors import GatewayError
 from inferplex.store.backend import Database, unreachable
-from inferplex.store.engine import open_database
+from inferplex.store.engine import open_storage
 from inferplex.store.keys import KeyStore
 from inferplex.store.ledger import Ledger
 from inferplex.store.usage import GROUPS, UsageFilter, UsageStore
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace, config: Config) -> int:
     handler = _HANDLERS[(args.command, getattr(args, "action", None))]
 
     async def main() -> int:
-        db = open_database(database_url(config), config.storage.pool_size)
+        db = open_storage(database_url(config), config.storage)
         try:
             await db.migrate()
             return await handler(db, args)

@@ -78,6 +78,25 @@ async def keep_session(conn: asyncpg.Connection) -> None:
     (no SET, LISTEN or advisory lock), and asyncpg's default reset is one more round trip per statement."""
 
 
+class PooledConnection(asyncpg.Connection):  # type: ignore[misc]
+    """asyncpg's connection for a transaction pooler: its look-up of a type it has not seen runs in a
+    transaction.
+
+    To learn a type (an array's, the first time a statement returns one), asyncpg turns JIT off for the
+    session, runs its catalog query, then turns JIT back on: three statements, which a transaction pooler
+    may hand to three server sessions. The catalog query then runs with JIT on, which can compile for
+    seconds (past `storage.timeout_s`: a 503), and one session is left with JIT off for whoever gets it
+    next. In a transaction the three run on one session. A look-up happens once per type and connection,
+    so the transaction's two round trips are paid once, not per statement. (`_introspect_types` is
+    asyncpg's own, private: constraints.txt pins the version it is tested with.)"""
+
+    async def _introspect_types(self, typeoids: Any, timeout: Any) -> Any:  # noqa: ASYNC109 (asyncpg's signature)
+        if self.is_in_transaction():
+            return await super()._introspect_types(typeoids, timeout)
+        async with self.transaction():
+            return await super()._introspect_types(typeoids, timeout)
+
+
 class OwnConnection:
     """One asyncpg connection kept for a single serial caller (the ledger's batcher, the usage log's writer).
 
@@ -92,11 +111,13 @@ class OwnConnection:
         name: str,
         setup: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
         timeout_s: float = 60.0,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         self._dsn = dsn
         self._name = name
         self._setup = setup
         self._timeout_s = timeout_s  # the connect timeout (the caller bounds the whole call: Database)
+        self._options = dict(options or {})  # more of asyncpg.connect's arguments (no statement cache: a pooler)
         self._conn: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()  # uncontended when its one caller is serial
 
@@ -105,7 +126,10 @@ class OwnConnection:
             conn = self._conn
             if conn is None or conn.is_closed():
                 conn = await asyncpg.connect(
-                    self._dsn, server_settings={"application_name": self._name}, timeout=self._timeout_s
+                    self._dsn,
+                    server_settings={"application_name": self._name},
+                    timeout=self._timeout_s,
+                    **self._options,
                 )
                 if self._setup is not None:
                     await self._setup(conn)

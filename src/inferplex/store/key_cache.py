@@ -14,6 +14,12 @@ starts a new generation, and only an answer read within the current one is kept.
 
 SQLite has no notifications; there triggers count changes in `key_changes.generation`, which the replica
 reads instead (`CountedKeyCache`).
+
+LISTEN needs a session of its own: behind a transaction pooler (PgBouncer's `pool_mode = transaction`) the
+LISTEN would be run on whichever server session the pooler lent for that one statement, and the
+notifications would reach whoever borrows that session next, or nobody. So the listening connection goes to
+`storage.direct_database_url`, PostgreSQL itself; behind such a pooler without one, the replica keeps
+nothing (`NoKeyCache`): every keyed request reads its key, and a change is still seen at once.
 """
 
 from __future__ import annotations
@@ -91,6 +97,14 @@ class CountedKeyCache(KeyCache):
 
     def _forget(self) -> None:
         self._this_pass = None
+
+
+class NoKeyCache(KeyCache):
+    """Nothing kept: the generation is never known, so every lookup reads the database. What a replica behind
+    a transaction pooler has when it has no direct connection to listen on."""
+
+    def now(self) -> int | None:
+        return None
 
 
 class NotifiedKeyCache(KeyCache):

@@ -15,15 +15,27 @@ asyncpg's own connect and command timeouts, and are pinged when taken from the p
 after an outage gets a fresh connection rather than one the outage broke.
 
 The ledger's rule (store/moves.py) runs in the database, in the function of migration 0008: one round trip
-per batch, which locks each account row once. Migrations run under an advisory lock, so replicas starting
-together upgrade once.
+per batch, which locks each account row once. Migrations run in one transaction that first takes an advisory
+lock, so replicas starting together upgrade once.
+
+Behind a transaction pooler (`storage.pooler: transaction`, PgBouncer's `pool_mode = transaction`), each
+transaction, and each statement outside one, may run on another server session than the one before, so
+nothing may count on a session: no statement is prepared by name (asyncpg's statement cache and SQLAlchemy's
+prepared-statement cache are off, and asyncpg then prepares each statement unnamed and parses it again in
+the message that runs it: a second round trip per statement, docs/deploy.md), and what does need a session
+goes to `storage.direct_database_url`, PostgreSQL itself: the key cache's LISTEN and the migrations. The
+migrations' lock is transaction-scoped, so it holds through a pooler too when there is no direct URL; the
+key cache then cannot listen and is off (store/key_cache.py). Every other statement here is a single
+statement or one transaction: the ledger's batch, the usage log's COPY, SQLAlchemy's admin calls, the row
+leases of store/leasing.py and jobs/rows.py's `pg_advisory_xact_lock`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import asyncpg
 from sqlalchemy import Table, make_url, text
@@ -33,11 +45,12 @@ from sqlalchemy.pool import NullPool
 
 from inferplex.deadlines import Deadline
 from inferplex.store.backend import DEFAULT_TIMEOUT_S, UNREACHABLE, BulkInsert, Database, unreachable, upgrade
-from inferplex.store.driver import DriverStatement, OwnConnection, json_codecs, keep_session
-from inferplex.store.key_cache import KeyCache, NotifiedKeyCache
+from inferplex.store.driver import DriverStatement, OwnConnection, PooledConnection, json_codecs, keep_session
+from inferplex.store.key_cache import KeyCache, NoKeyCache, NotifiedKeyCache
 from inferplex.store.moves import CapReached, Move, Result, month_of
 
 T = TypeVar("T")
+log = logging.getLogger("inferplex.store")
 ADVISORY_LOCK = 0x1F3A_C0DE  # any fixed 64-bit number, the same in every replica
 ADMIN_POOL = 4  # SQLAlchemy's connections per replica, beside `pool_size` for requests
 BATCH_CONNECTION = "inferplex-ledger"  # the application_name of the ledger batcher's own connection
@@ -71,6 +84,19 @@ def _quoted(value: str | None) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def asyncpg_dsn(url: str) -> str:
+    """A SQLAlchemy URL (`postgresql+asyncpg://...`) as asyncpg takes it."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+# asyncpg.connect's arguments for a connection through a transaction pooler: no statement cache, so every
+# statement is prepared unnamed and parsed again where it runs, and type look-ups in a transaction
+# (driver.PooledConnection); SQLAlchemy's dialect takes its own prepared-statement cache size from the same
+# arguments (its docs, "Prepared Statement Cache") and hands the rest to asyncpg.connect.
+UNNAMED_STATEMENTS: dict[str, Any] = {"statement_cache_size": 0, "connection_class": PooledConnection}
+SQLALCHEMY_UNNAMED: dict[str, Any] = {**UNNAMED_STATEMENTS, "prepared_statement_cache_size": 0}
+
+
 def text_array(values: Sequence[str | None]) -> str:
     """A PostgreSQL text[] literal (`{"a","b",NULL}`): each string quoted and escaped, so any string (a
     caller's request id, a note) comes back as it went."""
@@ -86,10 +112,21 @@ def bool_array(values: Sequence[bool]) -> str:
 
 
 class PostgresDatabase(Database):
-    def __init__(self, url: str, pool_size: int = 20, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool_size: int = 20,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        *,
+        direct_url: str | None = None,
+        pooler: Literal["none", "transaction"] = "none",
+    ) -> None:
         super().__init__(url)
         self.pool_size = pool_size
         self.timeout_s = timeout_s
+        self.direct_url = direct_url  # PostgreSQL itself, for what needs a session (`url` may be a pooler)
+        self.pooled = pooler == "transaction"
+        self._driver_options = UNNAMED_STATEMENTS if self.pooled else {}
         self._driver_pool: asyncpg.Pool | None = None
         self._driver_lock = asyncio.Lock()
         # No overflow: connections beyond the pool would be opened and closed per burst (TLS set-up included),
@@ -103,12 +140,17 @@ class PostgresDatabase(Database):
             max_overflow=0,
             pool_timeout=timeout_s,
             pool_pre_ping=True,
-            connect_args={"timeout": timeout_s, "command_timeout": timeout_s},
+            connect_args={
+                "timeout": timeout_s,
+                "command_timeout": timeout_s,
+                **(SQLALCHEMY_UNNAMED if self.pooled else {}),
+            },
         )
         # Reads and single-statement writes need no BEGIN/COMMIT round trips.
         self._autocommit = self._async.execution_options(isolation_level="AUTOCOMMIT")
-        self._batch_conn = OwnConnection(self.dsn, BATCH_CONNECTION, json_codecs, timeout_s)
-        self._copy_conn = OwnConnection(self.dsn, USAGE_CONNECTION, None, timeout_s)
+        options = self._driver_options
+        self._batch_conn = OwnConnection(self.dsn, BATCH_CONNECTION, json_codecs, timeout_s, options)
+        self._copy_conn = OwnConnection(self.dsn, USAGE_CONNECTION, None, timeout_s, options)
 
     @property
     def dialect(self) -> Dialect:
@@ -117,7 +159,7 @@ class PostgresDatabase(Database):
     @property
     def dsn(self) -> str:
         """The URL as asyncpg takes it."""
-        return make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
+        return asyncpg_dsn(self.url)
 
     async def fetchrow(self, statement: DriverStatement, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """On asyncpg's own pool."""
@@ -156,6 +198,7 @@ class PostgresDatabase(Database):
                     init=json_codecs,
                     reset=keep_session,
                     timeout=self.timeout_s,
+                    **self._driver_options,
                 )
             return self._driver_pool
 
@@ -200,6 +243,16 @@ class PostgresDatabase(Database):
         return append
 
     def key_cache(self) -> KeyCache:
+        """Listening on PostgreSQL itself: the direct URL if there is one, else `url` unless that is a
+        transaction pooler, which cannot carry a LISTEN (then no cache, said once in the log)."""
+        if self.direct_url is not None:
+            return NotifiedKeyCache(asyncpg_dsn(self.direct_url))
+        if self.pooled:
+            log.warning(
+                "storage.pooler is transaction and storage.direct_database_url is not set: the key cache is off "
+                "(it needs a LISTEN, which a transaction pooler cannot carry), so every keyed request reads its key"
+            )
+            return NoKeyCache()
         return NotifiedKeyCache(self.dsn)
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
@@ -234,19 +287,20 @@ class PostgresDatabase(Database):
                 await conn.close()
 
     async def migrate(self) -> None:
+        """Every migration in one transaction that first takes the advisory lock: a replica that starts while
+        another upgrades waits for its commit, then finds nothing to do. The lock is the transaction's, so it
+        is released by the commit (or a rollback, or the connection's loss) wherever the transaction ran:
+        on PostgreSQL itself (`direct_url`) or through a transaction pooler, where a session lock would stay
+        behind on a server session the pooler lends to others."""
         # A connection of its own, without the per-call deadline: a migration (an index built on a long
         # table), or the wait for another replica's, may rightly take longer than any request's call.
-        engine = create_async_engine(self.url, poolclass=NullPool, connect_args={"timeout": self.timeout_s})
+        url = self.direct_url or self.url
+        options = SQLALCHEMY_UNNAMED if self.pooled and self.direct_url is None else {}
+        engine = create_async_engine(url, poolclass=NullPool, connect_args={"timeout": self.timeout_s, **options})
         try:
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": ADVISORY_LOCK})
-                await conn.commit()
-                try:
-                    await conn.run_sync(upgrade)
-                    await conn.commit()
-                finally:
-                    await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": ADVISORY_LOCK})
-                    await conn.commit()
+            async with engine.begin() as conn:  # Alembic runs inside it: it begins no transaction of its own
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": ADVISORY_LOCK})
+                await conn.run_sync(upgrade)
         finally:
             await engine.dispose()
 
