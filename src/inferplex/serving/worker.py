@@ -14,11 +14,13 @@ import contextlib
 import ctypes
 import gc
 import logging
+import math
 import os
 import signal
 import socket
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from inferplex.config import Config, load_config, parse_config
 from inferplex.defaults import DEFAULT_CONFIG
@@ -96,9 +98,21 @@ def for_slot(config: Config, slot: int) -> Config:
     return config.model_copy(update={"observability": observability})
 
 
-def worker_count() -> int:
-    """One worker per core this process may run on (its CPU affinity, which a container's cpuset narrows)."""
-    return len(os.sched_getaffinity(0)) or 1
+def worker_count(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """One worker per core this process may use: its CPU affinity (which a container's cpuset narrows), and no
+    more than its cgroup's CPU quota rounded up (a Kubernetes CPU limit: 1.5 CPUs, 2 workers)."""
+    cores = len(os.sched_getaffinity(0)) or 1
+    quota = cpu_quota(cpu_max)
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
+
+
+def cpu_quota(cpu_max: Path) -> float | None:
+    """The CPUs cgroup v2's `cpu.max` ("QUOTA PERIOD", or "max PERIOD" for none) allows, if it sets a quota."""
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        return int(quota) / int(period)
+    except (OSError, ValueError, ZeroDivisionError):
+        return None  # no cgroup v2 file, or "max": no quota
 
 
 def main(argv: list[str] | None = None) -> int:
