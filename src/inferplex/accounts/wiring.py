@@ -24,7 +24,7 @@ from inferplex.limits.redis import RedisLimits
 from inferplex.limits.slots import FairSlots
 from inferplex.shared_state.limits import SharedLimits
 from inferplex.store.backend import Database
-from inferplex.store.engine import default_url, open_database
+from inferplex.store.engine import default_url, open_storage
 from inferplex.store.keys import KeyStore
 from inferplex.store.ledger import Ledger
 from inferplex.store.recovery import Recovery, spool_path
@@ -72,7 +72,7 @@ class AccountServices:
 
     @classmethod
     async def start(cls, config: Config, master_key: str) -> AccountServices:
-        db = open_database(database_url(config), config.storage.pool_size, config.storage.timeout_s)
+        db = open_storage(database_url(config), config.storage)
         await db.migrate()
         cache = db.key_cache()
         cache.start()
