@@ -21,6 +21,7 @@ from inferplex.routing.cooldown import Gate
 from inferplex.shared_state.cooldowns import SharedCooldowns
 from inferplex.shared_state.coordinator import Coordinator
 from inferplex.shared_state.limits import SharedLimits
+from inferplex.shared_state.wire import CALL, OPENED, REPLY, Frames, frame
 
 # Every contract test that takes only a `store` runs here against a worker's store on the coordinator.
 for _name, _test in vars(contract).items():
@@ -159,3 +160,15 @@ async def test_a_worker_reconnects_by_itself_after_the_coordinator_is_back(path:
     assert (await store.admit([Rate("k", 1, 5, 60)], [])).wait == 0
     await store.aclose()
     server.close()
+
+
+def test_frames_are_cut_whole_from_any_pieces_of_the_stream() -> None:
+    """A socket hands over any number of bytes: part of a frame, or several frames and a part."""
+    stream = frame(CALL, [["a", [["k", 1, 10, 60.0, 0, 0.0]], []]]) + frame(OPENED, "dep") + frame(REPLY, [1])
+    for size in (1, 7, len(stream)):
+        frames, got = Frames(), []
+        for at in range(0, len(stream), size):
+            got += frames.feed(stream[at : at + size])
+        assert got == [(CALL, [["a", [["k", 1, 10, 60.0, 0, 0.0]], []]]), (OPENED, "dep"), (REPLY, [1])]
+    with pytest.raises(ConnectionError):
+        Frames().feed(b"\xff\xff\xff\xff" + CALL)  # no peer sends 4 GiB: the connection is closed
