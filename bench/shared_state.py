@@ -5,8 +5,10 @@ Each request costs its limit store one admit (an rpm and a tpm bucket, one concu
 (the tpm correction, the slot given back): the pair is what is measured.
 - latency: one caller, admit then finish, in turn: microseconds per pair (p50, p99);
 - throughput: `--procs` processes (the workers) each with `--concurrency` callers looping over the pair on
-  one shared key for `--seconds`: pairs per second in all, and the CPU the store's own process spent per
-  pair (the coordinator's, or Redis'; SQLite has none: its cost is in the workers).
+  one shared key for `--seconds`: pairs per second in all; the CPU the workers spent per pair (the store's
+  client and the callers' loop: what a request pays on its worker, the gateway's bottleneck) and the CPU the
+  store's own process spent per pair (the coordinator's, or Redis'; SQLite has none: its cost is in the
+  workers). On a machine shared with other work, pairs/s moves with the load; CPU per pair much less.
 Every store batches concurrent calls per event-loop pass (batching.Batcher), as the gateway's do.
 
     python bench/shared_state.py [--seconds 3] [--procs 2] [--concurrency 64] [--only coordinator,sqlite]
@@ -149,12 +151,14 @@ async def _latency(make: Factory, n: int) -> list[float]:
     return times
 
 
-async def _loop(make: Factory, concurrency: int, seconds: float, tag: str) -> int:
+async def _loop(make: Factory, concurrency: int, seconds: float, tag: str) -> tuple[int, float]:
+    """(pairs done, CPU seconds this process spent on them, its threads included)."""
     store = make()
     await _pair(store, f"{tag}-warm")
     done = 0
     ids = itertools.count()
     end = time.monotonic() + seconds
+    cpu0 = time.process_time()
 
     async def caller() -> None:
         nonlocal done
@@ -164,7 +168,7 @@ async def _loop(make: Factory, concurrency: int, seconds: float, tag: str) -> in
 
     await asyncio.gather(*(caller() for _ in range(concurrency)))
     await store.aclose()
-    return done
+    return done, time.process_time() - cpu0
 
 
 def _worker(make: Factory, concurrency: int, seconds: float, tag: str, out: Any, start: Any) -> None:
@@ -185,12 +189,15 @@ def _throughput(
     cpu0 = sum(server.cpu_times()[:2]) if server else 0.0
     started = time.perf_counter()
     start.set()
-    total = sum(out.get(timeout=seconds + 60) for _ in workers)
+    results = [out.get(timeout=seconds + 60) for _ in workers]
+    total = sum(done for done, _ in results)
+    worker_cpu = sum(cpu for _, cpu in results)
     elapsed = time.perf_counter() - started
     for w in workers:
         w.join()
     cpu = (sum(server.cpu_times()[:2]) - cpu0) if server else None
-    return total / elapsed, (cpu / total * 1e6 if cpu is not None and total else None)
+    store_us = cpu / total * 1e6 if cpu is not None and total else None
+    return total / elapsed, worker_cpu / total * 1e6, store_us
 
 
 def _redis_pid() -> int | None:
@@ -200,8 +207,8 @@ def _redis_pid() -> int | None:
     return None
 
 
-def _measure(name: str, args: argparse.Namespace, tmp: Path) -> tuple[float, float, float, float | None]:
-    """One round of one store: (p50 µs, p99 µs, pairs/s, store CPU µs per pair)."""
+def _measure(name: str, args: argparse.Namespace, tmp: Path) -> tuple[float, float, float, float, float | None]:
+    """One round of one store: (p50 µs, p99 µs, pairs/s, workers' CPU µs per pair, store CPU µs per pair)."""
     server: psutil.Process | None = None
     coordinator = None
     make: Factory
@@ -227,13 +234,13 @@ def _measure(name: str, args: argparse.Namespace, tmp: Path) -> tuple[float, flo
         p50 = statistics.median(times) * 1e6
         p99 = statistics.quantiles(times, n=100)[98] * 1e6
         procs = 1 if name == "memory" else args.procs  # memory is not shared: one process is all it can be
-        rate, cpu = _throughput(make, procs, args.concurrency, args.seconds, server)
+        rate, worker_us, store_us = _throughput(make, procs, args.concurrency, args.seconds, server)
     finally:
         if coordinator is not None:
             coordinator.terminate()
             coordinator.wait()
     print(f"{name}: {p50:.0f}/{p99:.0f} us, {rate:,.0f} pairs/s", file=sys.stderr, flush=True)
-    return p50, p99, rate, cpu
+    return p50, p99, rate, worker_us, store_us
 
 
 def main() -> None:
@@ -247,7 +254,7 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ipx-ssb-"))
     names = args.only.split(",")
-    runs: dict[str, list[tuple[float, float, float, float | None]]] = {name: [] for name in names}
+    runs: dict[str, list[tuple[float, float, float, float, float | None]]] = {name: [] for name in names}
     for _ in range(args.rounds):
         for name in names:
             runs[name].append(_measure(name, args, tmp))
@@ -257,15 +264,15 @@ def main() -> None:
     )
     print(
         "\n| store | shared across workers | one caller: µs per pair p50 / p99 | pairs/s, all workers"
-        " | store process CPU µs per pair |"
+        " | workers' CPU µs per pair | store process CPU µs per pair |"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for name in names:
-        p50, p99, rate = (statistics.median(r[i] for r in runs[name]) for i in range(3))  # type: ignore[misc]
-        cpus = [r[3] for r in runs[name] if r[3] is not None]
+        p50, p99, rate, worker_us = (statistics.median(r[i] for r in runs[name]) for i in range(4))  # type: ignore[misc]
+        cpus = [r[4] for r in runs[name] if r[4] is not None]
         shared = "no (one process)" if name == "memory" else "yes"
         cpu_text = f"{statistics.median(cpus):.1f}" if cpus else "-"
-        print(f"| {name} | {shared} | {p50:.0f} / {p99:.0f} | {rate:,.0f} | {cpu_text} |")
+        print(f"| {name} | {shared} | {p50:.0f} / {p99:.0f} | {rate:,.0f} | {worker_us:.1f} | {cpu_text} |")
 
 
 if __name__ == "__main__":
