@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import signal
 import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -172,3 +173,21 @@ def test_frames_are_cut_whole_from_any_pieces_of_the_stream() -> None:
         assert got == [(CALL, [["a", [["k", 1, 10, 60.0, 0, 0.0]], []]]), (OPENED, "dep"), (REPLY, [1])]
     with pytest.raises(ConnectionError):
         Frames().feed(b"\xff\xff\xff\xff" + CALL)  # no peer sends 4 GiB: the connection is closed
+
+
+async def test_a_stopped_coordinator_serves_its_workers_until_they_have_left(coordinator: Any) -> None:
+    """SIGHUP changes nothing. SIGTERM (or Ctrl-C) reaches the whole process group at once: the workers
+    drain their requests, which still find their limits; the coordinator exits once the last worker has
+    disconnected."""
+    worker = SharedLimits(coordinator.path, fail_open=False)
+    coordinator.proc.send_signal(signal.SIGHUP)  # the supervisor's reload: nothing here changes
+    await asyncio.sleep(0.3)
+    assert (await worker.admit([Rate("k", 1, 2, 60)], [])).wait == 0
+    coordinator.proc.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.3)
+    assert (await worker.admit([Rate("k", 1, 2, 60)], [])).wait == 0  # still counted: 2 of 2
+    assert (await worker.admit([Rate("k", 1, 2, 60)], [])).wait > 0
+    assert coordinator.proc.poll() is None
+    await worker.aclose()
+    await asyncio.to_thread(coordinator.proc.wait, 10)
+    assert coordinator.proc.returncode == 0

@@ -60,6 +60,7 @@ class _Peer(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.WriteTransport, transport)  # uvloop's is one, without subclassing it
         self.coordinator.peers.add(self)
+        self.coordinator.all_left.clear()
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
@@ -74,6 +75,8 @@ class _Peer(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.coordinator.peers.discard(self)
+        if not self.coordinator.peers:
+            self.coordinator.all_left.set()
         self.coordinator.gone(self)
 
     def tell(self, data: bytes) -> None:
@@ -87,6 +90,7 @@ class Coordinator:
         self.cooldowns = MemoryCooldowns()
         self._owner: dict[Slot, _Peer] = {}
         self.peers: set[_Peer] = set()
+        self.all_left = asyncio.Event()  # set while no worker is connected
         self._policies: dict[tuple[int, float, float], CooldownConfig] = {}
         self._ops: dict[str, Callable[[_Peer, list[Any]], Any]] = {
             "a": self._admit,
@@ -200,25 +204,49 @@ class Coordinator:
         return [[_STATES[state], wait] for state, wait in _ran(self.cooldowns.states(op[1]))]
 
 
+# After SIGTERM or SIGINT, how long the coordinator waits for its workers to disconnect before it exits anyway.
+STOP_WAIT_S = 120.0
+
+
 async def run(path: str, parent: int | None = None) -> None:
-    """Serve on `path` until SIGTERM or SIGINT or, when `parent` is given, until that process is gone (a
-    coordinator must not outlive its supervisor)."""
+    """Serve on `path` until SIGTERM or SIGINT and then until no worker is connected, or, when `parent` is
+    given, until that process is gone (a coordinator must not outlive its supervisor).
+
+    Waiting for the workers matters because a stop signal often reaches the whole process group at once
+    (Ctrl-C in a terminal, systemd's stop, a container's): the workers then drain their requests for up to
+    `server.drain_s`, and those requests must still find their limits and breakers, not a closed socket."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # a socket left by a coordinator that died; the caller checked none answers on it
-    server = await Coordinator().serve(path)
+    coordinator = Coordinator()
+    server = await coordinator.serve(path)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
+    loop.add_signal_handler(signal.SIGHUP, _reload)  # a reload is the supervisor's: nothing changes here
     log.info("shared state coordinator listening on %s (pid %d)", path, os.getpid())
     try:
         async with server:
-            while not stopping.is_set():
-                if parent is not None and os.getppid() != parent:
-                    log.warning("shared state coordinator: its supervisor (pid %d) is gone; exiting", parent)
-                    break
+            while not stopping.is_set() and _parent_alive(parent):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stopping.wait(), 1.0)
+            if coordinator.peers and _parent_alive(parent):
+                log.info("shared state coordinator stopping once %d workers have left", len(coordinator.peers))
+                give_up = loop.time() + STOP_WAIT_S
+                while coordinator.peers and _parent_alive(parent) and loop.time() < give_up:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(coordinator.all_left.wait(), 1.0)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+def _reload() -> None:
+    log.info("shared state coordinator: SIGHUP ignored (it has no configuration; its state is kept)")
+
+
+def _parent_alive(parent: int | None) -> bool:
+    if parent is None or os.getppid() == parent:
+        return True
+    log.warning("shared state coordinator: its supervisor (pid %d) is gone; exiting", parent)
+    return False
