@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import multiprocessing
 import os
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -255,9 +256,12 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ipx-ssb-"))
     names = args.only.split(",")
     runs: dict[str, list[tuple[float, float, float, float, float | None]]] = {name: [] for name in names}
-    for _ in range(args.rounds):
-        for name in names:
-            runs[name].append(_measure(name, args, tmp))
+    try:
+        for _ in range(args.rounds):
+            for name in names:
+                runs[name].append(_measure(name, args, tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     print(
         f"\nadmit+finish pairs, median of {args.rounds} interleaved rounds; throughput: {args.procs} worker"
         f" processes x {args.concurrency} callers, {args.seconds:g} s, one key; load average {os.getloadavg()[0]:.1f}"
