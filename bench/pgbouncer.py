@@ -32,8 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,10 @@ def storage(scenario: str, database: str, port: int) -> dict[str, Any]:
     return pooled
 
 
+async def _reserve(db: Any, move: Any) -> object:
+    return await db.apply_moves([move], time.time())
+
+
 async def store_calls(port: int, calls: int, rounds: int) -> None:
     """The keyed path's database calls one at a time, straight to PostgreSQL and through the pooler, taking
     turns round by round: wall time (p50, p99) and this process's CPU per call. What the pooler adds per call
@@ -112,9 +117,9 @@ async def store_calls(port: int, calls: int, rounds: int) -> None:
         for _ in range(rounds):
             for mode, db in dbs.items():
                 keys = KeyStore(db)  # no cache: each lookup is the query a cache miss runs
-                kinds = {
-                    "key lookup": lambda k=keys: k.by_hash(secrets.token_hex(16)),
-                    "ledger batch": lambda d=db: d.apply_moves([Move("acct_bench", "reserve", 1)], time.time()),
+                kinds: dict[str, Callable[[], Awaitable[object]]] = {
+                    "key lookup": partial(keys.by_hash, secrets.token_hex(16)),
+                    "ledger batch": partial(_reserve, db, Move("acct_bench", "reserve", 1)),
                 }
                 for kind, call in kinds.items():
                     for _ in range(20):  # warm: connections open, types known
@@ -201,8 +206,8 @@ def main() -> int:
             f"{lat['p99_ms']:>8.2f} {lat['p50_ms'] - base['p50_ms']:>+8.2f} {lat['p99_ms'] - base['p99_ms']:>+8.2f}"
         )
     if args.throughput:
-        heads = f"{'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'PG µs/req':>10} {'non2xx':>7} reconciles"
-        print(f"\n{'scenario':<24} {heads}")
+        columns = f"{'wrk -c50 req/s':>15} {'CPU µs/req':>11} {'PG µs/req':>10} {'non2xx':>7} reconciles"
+        print(f"\n{'scenario':<24} {columns}")
         for s, r in zip(servers, rows, strict=True):
             rps = statistics.median(t["rps"] for t in s.rounds)
             cpu = statistics.median(t["cpu_us_per_req"] for t in s.rounds)
