@@ -200,7 +200,7 @@ def start_gateway(name: str, cfg: dict[str, Any], tmp: Path, use_key: bool, src:
     if src is not None:
         env["PYTHONPATH"] = str(Path(src).resolve())
     pin = PIN
-    cmd = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)]
+    cmd = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port), "--workers", "1"]
     proc = subprocess.Popen([*pin.prefix(pin.gateway), *cmd], env=env, stdout=subprocess.DEVNULL)
     server = Server(name, proc, f"http://127.0.0.1:{port}")
     try:

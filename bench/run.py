@@ -398,7 +398,17 @@ def gateway_command(server: str, port: int, config: Path, pin: Pinning, gc_mode:
         # Same app and uvicorn settings as `inferplex serve`, through the bench launcher that can tune the GC.
         return [*base, sys.executable, str(HERE / "asgi_app.py"), "uvicorn", str(port)]
     if server == "uvicorn":
-        return [*base, str(VENV_BIN / "inferplex"), "serve", "--config", str(config), "--port", str(port)]
+        return [
+            *base,
+            str(VENV_BIN / "inferplex"),
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ]
     if server == "granian":
         granian = shutil.which("granian", path=str(VENV_BIN)) or "granian"
         return [

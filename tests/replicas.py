@@ -27,7 +27,7 @@ def serve(configs: Sequence[Path], env: Mapping[str, str], redis_prefix: str | N
     ports = [free_port() for _ in configs]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)],
+            [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port), "--workers", "1"],
             env=dict(env),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -157,7 +157,18 @@ class Served:
         self.port = free_port()
         full_env = {k: v for k, v in os.environ.items() if k != "INFERPLEX_MASTER_KEY"} | env
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "inferplex", "serve", "--config", str(config), "--port", str(self.port)],
+            [
+                sys.executable,
+                "-m",
+                "inferplex",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(self.port),
+                "--workers",
+                "1",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -59,7 +59,18 @@ def wait_for(check: Callable[[], T | None], within_s: float = 60.0, every: float
 def start(config: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "FAKE_UPSTREAM_KEY": UPSTREAM_KEY, "BATCHES_TEST_MASTER": MASTER}
-    command = [sys.executable, "-m", "inferplex", "serve", "--config", str(config), "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "inferplex",
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     with open(config.parent / f"gateway-{port}.log", "wb") as log:
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -24,7 +24,7 @@ from tests.responses_api.test_replicas import MASTER, _clients, config_path, env
 @contextmanager
 def _replica(path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     port = free_port()
-    cmd = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port)]
+    cmd = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port), "--workers", "1"]
     proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:

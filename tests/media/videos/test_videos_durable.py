@@ -21,7 +21,18 @@ pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning"
 
 def _start(config: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    command = [sys.executable, "-m", "inferplex", "serve", "--config", str(config), "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "inferplex",
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     with open(config.parent / f"gateway-{port}.log", "wb") as log:  # the process keeps its own handle
         proc = subprocess.Popen(command, env=env(), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
