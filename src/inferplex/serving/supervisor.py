@@ -5,7 +5,9 @@
   by a hash of the connection instead, but a worker that stops accepting takes the connections queued on
   its own socket with it: a drain or a reload would reset them. docs/deploy.md has the measurements.)
 - Migrations run once, here, before any worker starts; the shared-state coordinator (limits and breakers
-  global across workers without Redis) is started here too, and its address given to the workers.
+  global across workers without Redis) is started here too, and its address given to the workers, and so
+  is a private directory where the workers leave snapshots of their metrics, so that `/metrics` on any
+  worker reports the whole server (observe/metrics_workers.py); it is removed when the supervisor exits.
 - A worker that dies is restarted, after a back-off that grows while it keeps dying; a slot that dies
   `BURST` times within `BURST_WINDOW_S` makes the supervisor give up: it drains the rest and exits 1,
   loudly, rather than loop.
@@ -93,7 +95,10 @@ def migrate(config: Config) -> None:
     from inferplex.store.engine import open_database
 
     async def run() -> None:
-        db = open_database(database_url(config), 1, config.storage.timeout_s)
+        storage = config.storage  # a pooler and a direct URL as the workers see them (docs/deploy.md)
+        db = open_database(
+            database_url(config), 1, storage.timeout_s, direct_url=storage.direct_database_url, pooler=storage.pooler
+        )
         try:
             await db.migrate()
         finally:
@@ -163,6 +168,7 @@ class Supervisor:
         self._ready_buffer = b""
         self._ready_pids: set[int] = set()
         self.sock: socket.socket | None = None
+        self.metrics_dir: str | None = None
 
     # signals: the handlers only note what was asked; the loop does it
     def _on_stop(self, sig: int, frame: FrameType | None) -> None:
@@ -180,6 +186,7 @@ class Supervisor:
         signal.signal(signal.SIGHUP, self._on_hup)
         self.sock = bind(self.plan.host, self.plan.port)
         migrate(self.config)
+        self.metrics_dir = tempfile.mkdtemp(prefix="inferplex-metrics-")
         n = self.count(self.config)
         if n > 1:
             self.coordinator = Coordinator()
@@ -192,6 +199,7 @@ class Supervisor:
         finally:
             if self.coordinator is not None:
                 self.coordinator.stop()
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
             self.sock.close()
             os.close(self._ready_r)
             os.close(self._ready_w)
@@ -223,6 +231,8 @@ class Supervisor:
         env["INFERPLEX_MASTER_KEY"] = self.master_key(config, self.plan.source)
         if self.coordinator is not None:
             env["INFERPLEX_SHARED_STATE"] = self.coordinator.path
+        if self.metrics_dir is not None:
+            env["INFERPLEX_METRICS_DIR"] = self.metrics_dir  # observe/metrics_workers.py
         cmd = [sys.executable, "-m", "inferplex.serving.worker", "--slot", str(slot), "--parent", str(os.getpid())]
         cmd += ["--fd", str(self.sock.fileno()), "--ready-fd", str(self._ready_w)]
         if self.plan.source:
