@@ -488,6 +488,9 @@ class _Admission:
             else:
                 finished.add_done_callback(released)
             self.held = []
+        # The job's row keeps the reservation from here (whichever replica picks the job up settles it), so
+        # this replica's liveness record stops counting it as its own (store/holding.py).
+        g.ledger.holding.refused(ctx.request_id)
         return Deferred(p.account_id, p.key_id, self.reserved if p.account_id is not None else 0, ctx.request_id)
 
     def _books(self, ctx: Context, corrections: list[Rate], cost: int) -> bool:
