@@ -73,6 +73,13 @@ def test_config_check_accepts_a_valid_file(tmp_path: Path) -> None:
             "models[0].deployments",
             "required",
         ),
+        (
+            GOOD + "storage: {redis_url: 'redis+cluster://:hunter2@r1:7000/0'}\n",
+            "storage.redis_url",
+            "a cluster has no databases",
+        ),
+        (GOOD + "routing: {redis_url: 'redis+sentinel://s1:26379'}\n", "routing.redis_url", "/service_name"),
+        (GOOD + "storage: {redis_url: 'memcached://m:11211'}\n", "storage.redis_url", "the scheme must be"),
     ],
 )
 def test_config_errors_name_file_field_and_problem(tmp_path: Path, text: str, field: str, problem: str) -> None:
@@ -82,7 +89,7 @@ def test_config_errors_name_file_field_and_problem(tmp_path: Path, text: str, fi
     assert out.returncode != 0
     assert str(path) in out.stderr and field in out.stderr and problem in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
-    assert "gsk-inline-secret" not in out.stderr
+    assert "gsk-inline-secret" not in out.stderr and "hunter2" not in out.stderr
 
 
 def test_bad_yaml_and_missing_file(tmp_path: Path) -> None:

@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 
 from inferplex.accounts.limits import LimitRule
 from inferplex.observe.settings import AlertsConfig, ConsoleConfig, ObservabilityConfig
@@ -56,6 +65,19 @@ def _secret(value: Any) -> Any:
 
 # A secret field: resolved from its reference at load time, shown as '**********' in any repr or dump.
 Secret = Annotated[SecretStr, BeforeValidator(_secret)]
+
+
+def _redis_url(value: str | None) -> str | None:
+    """A Redis URL read as the stores will read it (redis_connect.parse: Sentinel and Cluster forms too), so
+    `config check` refuses a bad one instead of the server's start."""
+    if value is not None:
+        from inferplex.redis_connect import parse  # redis-py is imported only by configs that name Redis
+
+        parse(value)
+    return value
+
+
+RedisUrl = Annotated[str | None, AfterValidator(_redis_url)]
 
 
 class Timeouts(_Strict):
@@ -174,7 +196,7 @@ class RoutingConfig(_Strict):
 class RoutingStoreConfig(_Strict):
     """Where replicas share cooldowns; without `redis_url` each replica keeps its own."""
 
-    redis_url: str | None = None
+    redis_url: RedisUrl = None
     redis_prefix: str = "inferplex:routing:"
 
 
@@ -269,7 +291,7 @@ class StorageConfig(_Strict):
     timeout_s: float = Field(5.0, gt=0, le=300)
     spool_flush_s: float = Field(1.0, gt=0, le=3600)
     orphan_release_s: float | None = Field(None, gt=0)
-    redis_url: str | None = None
+    redis_url: RedisUrl = None
     redis_prefix: str = "inferplex:limits:"
     redis_failure: Literal["open", "closed"] = "open"
     redis_timeout_s: float = Field(0.25, gt=0)
