@@ -199,8 +199,9 @@ class OpenAICompatible(OpenAIAudio, OpenAIImages, OpenAIVideos, OpenAIResponses)
                         yield early
                     held.clear()
                 yield chunk
-            for early in _identified(held, {"id": "chatcmpl-" + secrets.token_hex(12)}):  # no chunk had an id
-                yield early
+            if held:  # no chunk had an id (the id is made only then: a system call per stream otherwise)
+                for early in _identified(held, {"id": "chatcmpl-" + secrets.token_hex(12)}):
+                    yield early
         finally:
             resp.close()
         if not done:
