@@ -13,12 +13,15 @@ configuration, closed error types (faults.py), and key ids only when the operato
 Each app has its own registry (many live in one test process), and the series are plain dicts updated on
 the event loop (metrics_series.py), so a request pays a few dict updates; per-deployment state (breakers,
 in flight, queues) is read from the router once per scrape (routing/health.py), not tracked per request.
+Under `inferplex serve --workers N` a scrape on any worker reports the whole server: the workers' snapshots
+are merged (metrics_workers.py).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,12 +34,14 @@ from inferplex.observe.faults import of_request
 from inferplex.observe.hub import Env, Sink
 from inferplex.observe.metrics_listener import listen
 from inferplex.observe.metrics_series import Collector, Counter, Gauge, Histogram, Labels, observe_row
+from inferplex.observe.metrics_workers import Part, Shared, Snapshot, directory, sum_rows
 from inferplex.observe.settings import MetricsConfig
 from inferplex.providers.profiles import profile_for
 from inferplex.routing.health import DeploymentHealth, snapshot
 
 if TYPE_CHECKING:
     from aiohttp import web
+    from prometheus_client.metrics_core import Metric
 
     from inferplex.context import Attempt, Context
 
@@ -61,6 +66,12 @@ _PROFILE_NAMES = {"mistral": "mistral_ai", "xai": "x_ai"}
 # GenAI's `gen_ai.operation.name` where it names the family differently (the others keep the family's name).
 _OPERATIONS = {"embedding": "embeddings"}
 _BREAKER_VALUES = {"closed": 0.0, "open": 1.0, "half_open": 2.0}
+# Gauges of one worker's own load, summed over the live workers when several serve (the breakers are shared
+# state every worker reads alike, and build info is one value: those come from the scraped worker alone).
+_SUMMED = (
+    "inferplex_active_requests", "inferplex_active_streams", "inferplex_queue_depth",
+    "inferplex_deployment_in_flight", "inferplex_deployment_queue_depth",
+)  # fmt: skip
 _GENAI = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model")
 
 
@@ -102,6 +113,7 @@ class MetricsSink(Sink):
         self._router: Any = None
         self._slots: Any = None
         self._listener: web.AppRunner | None = None
+        self._shared: Shared | None = None
         # The hot path's cached cells: per label tuple, the numbers it adds to (metrics_series.py).
         self._requests: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
         self._attempts: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
@@ -192,9 +204,11 @@ class MetricsSink(Sink):
         for name, doc, labels, read in gauges:
             s.add(Gauge(name, doc, labels, read))
         self.registry.register(s)
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
+        self._process = (
+            ProcessCollector(registry=self.registry),
+            PlatformCollector(registry=self.registry),
+            GCCollector(registry=self.registry),
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------------------
 
@@ -206,6 +220,10 @@ class MetricsSink(Sink):
         watch = getattr(getattr(env.router, "cooldowns", None), "watch", None)
         if watch is not None:
             watch(self._store)
+        where = directory()
+        if where is not None:
+            self._shared = Shared(where, self._snapshot)
+            self._shared.start()
         if self.config.listen:
             self._listener = await listen(self.scrape, CONTENT_TYPE, self.config.listen)
 
@@ -213,6 +231,9 @@ class MetricsSink(Sink):
         if self._listener is not None:
             await self._listener.cleanup()
             self._listener = None
+        if self._shared is not None:
+            await self._shared.aclose()
+            self._shared = None
 
     async def scrape(self) -> bytes:
         """The exposition text, with the per-deployment state read now."""
@@ -221,7 +242,48 @@ class MetricsSink(Sink):
                 self._health = await snapshot(self._router)
             except Exception:
                 log.exception("reading deployment health for /metrics failed")
+        if self._shared is not None:
+            view = CollectorRegistry(auto_describe=False)
+            view.register(_Merged(self, await self._shared.gather()))
+            return generate_latest(view)
         return generate_latest(self.registry)
+
+    # ---- several workers (metrics_workers.py) -----------------------------------------------------------
+
+    def _snapshot(self) -> Snapshot:
+        """This worker's series as plain lists, for its siblings' scrapes (written at most once a second)."""
+        counters: dict[str, list[Any]] = {}
+        histograms: dict[str, list[Any]] = {}
+        for series in self._series.series:
+            if isinstance(series, Counter):
+                counters[series.name] = [[k, v[0]] for k, v in series.values.items()]
+            elif isinstance(series, Histogram):
+                histograms[series.name] = [[k, v] for k, v in series.values.items()]
+        in_flight, queued = self._local_deployments()
+        gauges = {
+            "inferplex_active_requests": [[[], self._active]],
+            "inferplex_active_streams": [[[], self._streams]],
+            "inferplex_queue_depth": [[[], self._slots.waiting if self._slots is not None else 0]],
+            "inferplex_deployment_in_flight": in_flight,
+            "inferplex_deployment_queue_depth": queued,
+        }
+        return {"counters": counters, "histograms": histograms, "gauges": gauges}
+
+    def _local_deployments(self) -> tuple[list[Any], list[Any]]:
+        """This worker's attempts open and waiting per deployment (routing/health.py reads the same)."""
+        router = self._router
+        in_flight: dict[str, int] = {}
+        queued: dict[str, int] = {}
+        if router is None:
+            return [], []
+        for model in router.catalog.models:
+            for t in router.catalog.targets(model):
+                if t.key in in_flight:
+                    continue
+                stats = router.stats.get(t.key)
+                in_flight[t.key] = stats.in_flight if stats is not None else 0
+                queued[t.key] = router.gate(t).waiting
+        return [[[k], v] for k, v in in_flight.items()], [[[k], v] for k, v in queued.items()]
 
     def _per_deployment(self, value: Any) -> list[tuple[Labels, float]]:
         seen: dict[str, float] = {}
@@ -358,6 +420,39 @@ class MetricsSink(Sink):
 
     def breaker(self, deployment: str, opened: bool) -> None:
         (self.breaker_opens if opened else self.breaker_closes).inc((deployment,))
+
+
+class _Merged:
+    """The whole server's families at one scrape: this worker's series definitions, every worker's values."""
+
+    def __init__(self, metrics: MetricsSink, parts: list[Part]) -> None:
+        self.metrics, self.parts = metrics, parts
+
+    def collect(self) -> Iterator[Metric]:
+        for series in self.metrics._series.series:
+            if isinstance(series, Counter):
+                counter = Counter(series.name, series.doc, series.labels)
+                counter.values = self._sum("counters", series.name, len(series.labels), 1)
+                yield counter.family()
+            elif isinstance(series, Histogram):
+                histogram = Histogram(series.name, series.doc, series.labels, series.bounds)
+                histogram.values = self._sum("histograms", series.name, len(series.labels), len(series.bounds) + 2)
+                yield histogram.family()
+            elif series.name in _SUMMED:
+                cells = self._sum("gauges", series.name, len(series.labels), 1, live=True)
+                values = [(k, v[0]) for k, v in cells.items()]
+                yield Gauge(series.name, series.doc, series.labels, values.copy).family()
+            else:
+                yield series.family()
+        for collector in self.metrics._process:  # the scraped process's own (docs/operate.md)
+            yield from collector.collect()
+
+    def _sum(self, kind: str, name: str, arity: int, width: int, live: bool = False) -> dict[Labels, list[float]]:
+        cells: dict[Labels, list[float]] = {}
+        for part in self.parts:
+            if part.live or not live:
+                sum_rows(cells, part.data.get(kind, {}).get(name, []))
+        return {k: v for k, v in cells.items() if len(k) == arity and len(v) == width}
 
 
 def sink(config: Config) -> Sink | None:

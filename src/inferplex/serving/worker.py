@@ -89,8 +89,8 @@ def _die_with(parent: int) -> None:
 
 def for_slot(config: Config, slot: int) -> Config:
     """The config worker `slot` runs: a separate metrics listener (`observability.metrics.listen`) binds a port
-    of its own, which one process only can hold, so worker 0 serves it (with its own series: /metrics is per
-    worker, docs/deploy.md) and the others leave it out rather than fail to start."""
+    of its own, which one process only can hold, so worker 0 serves it (with the whole server's series, as
+    /metrics on any worker: observe/metrics_workers.py) and the others leave it out rather than fail to start."""
     metrics = config.observability.metrics
     if slot == 0 or metrics.listen is None:
         return config
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _die_with(args.parent)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a reload is the supervisor's: it starts new workers
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a sibling's scrape asking for metrics, until the app listens
     config = load_config(args.config) if args.config else parse_config(DEFAULT_CONFIG, "<embedded defaults>")
     config = for_slot(config, args.slot)
     configure_logging(config)
