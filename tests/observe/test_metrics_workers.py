@@ -75,18 +75,25 @@ def on(served: Served, pid: int) -> Iterator[httpx.Client]:
 
 def scrape(client: httpx.Client, path: str = "/metrics") -> Samples:
     """The server's samples, without the scrapes' own footprint (the /metrics and /health/ready requests, the
-    breakers read for each scrape) and the scraped process's own process_* / python_* series."""
+    breakers read for each scrape) and the process_* / python_* series that change by themselves (only
+    each worker's start time is kept)."""
     resp = client.get(path)
     assert resp.status_code == 200, resp.text
     out: Samples = {}
     for family in text_string_to_metric_families(resp.text):
         for sample in family.samples:
             if sample.name.startswith(("process_", "python_", "inferplex_store_")):
-                continue
+                if sample.name != "process_start_time_seconds":
+                    continue
             if sample.labels.get("route") not in (None, CHAT):
                 continue
             out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return out
+
+
+def processes(samples: Samples) -> set[int]:
+    """The pids of the workers whose process_* series the scrape carries (each labelled with its own)."""
+    return {int(dict(ls)["pid"]) for (n, ls) in samples if n == "process_start_time_seconds"}
 
 
 def total(samples: Samples, name: str, **labels: str) -> float:
@@ -159,6 +166,7 @@ def test_every_worker_and_the_listener_report_the_whole_server(server: tuple[Ser
     for samples in seen:
         check_server_counts(samples, ok=7, unauthorized=2, tokens=tokens)
         assert total(samples, "inferplex_active_requests") == 1  # the scrape itself, on one worker of two
+        assert processes(samples) == {a, b}
     assert seen[0] == seen[1] == seen[2] == seen[3]  # the same numbers, whichever worker answered
     with httpx.Client(timeout=30) as plain:  # worker 0's listener: not a request, so nothing active
         listener = scrape(plain, path=f"http://127.0.0.1:{listen}/metrics")
@@ -202,6 +210,7 @@ def test_counts_survive_a_worker_killed_and_restarted(server: tuple[Served, int]
             if key[0].startswith(("inferplex_requests", "inferplex_tokens", "gen_ai_", "inferplex_upstream")):
                 assert after.get(key, 0) >= value, key
         check_server_counts(after, ok=6, unauthorized=2, tokens=tokens)
+        assert processes(after) == {a, c}  # the dead worker's counts stay, its process series do not
 
     # the new worker counts on from there, and the dead one's share is still in
     in_c, out_c = traffic(served, c, buffered=1, streams=0)

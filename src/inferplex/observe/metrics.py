@@ -20,6 +20,7 @@ are merged (metrics_workers.py).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from inferplex import __version__
 from inferplex.config import Config, ProviderConfig
@@ -41,7 +43,6 @@ from inferplex.routing.health import DeploymentHealth, snapshot
 
 if TYPE_CHECKING:
     from aiohttp import web
-    from prometheus_client.metrics_core import Metric
 
     from inferplex.context import Attempt, Context
 
@@ -204,11 +205,8 @@ class MetricsSink(Sink):
         for name, doc, labels, read in gauges:
             s.add(Gauge(name, doc, labels, read))
         self.registry.register(s)
-        self._process = (
-            ProcessCollector(registry=self.registry),
-            PlatformCollector(registry=self.registry),
-            GCCollector(registry=self.registry),
-        )
+        self._process = (ProcessCollector(registry=self.registry), GCCollector(registry=self.registry))
+        self._platform = PlatformCollector(registry=self.registry)
 
     # ---- lifecycle -------------------------------------------------------------------------------------
 
@@ -267,7 +265,13 @@ class MetricsSink(Sink):
             "inferplex_deployment_in_flight": in_flight,
             "inferplex_deployment_queue_depth": queued,
         }
-        return {"counters": counters, "histograms": histograms, "gauges": gauges}
+        process = [
+            [f.name, f.type, f.documentation, [[x.name, x.labels, x.value] for x in f.samples]]
+            for collector in self._process
+            for f in collector.collect()
+        ]
+        worker = {"worker": os.environ.get("INFERPLEX_WORKER_SLOT", ""), "pid": str(os.getpid())}
+        return {"counters": counters, "histograms": histograms, "gauges": gauges, "process": process, "worker": worker}
 
     def _local_deployments(self) -> tuple[list[Any], list[Any]]:
         """This worker's attempts open and waiting per deployment (routing/health.py reads the same)."""
@@ -444,8 +448,24 @@ class _Merged:
                 yield Gauge(series.name, series.doc, series.labels, values.copy).family()
             else:
                 yield series.family()
-        for collector in self.metrics._process:  # the scraped process's own (docs/operate.md)
-            yield from collector.collect()
+        yield from self._per_process()
+        yield from self.metrics._platform.collect()
+
+    def _per_process(self) -> Iterator[Metric]:
+        """process_* and python_gc_*: each live worker's own, labelled with its slot and pid (a sum of two
+        processes' memory or start times would describe no process)."""
+        families: dict[str, Metric] = {}
+        for part in self.parts:
+            if not part.live:
+                continue
+            worker = part.data.get("worker", {})
+            for name, kind, doc, samples in part.data.get("process", []):
+                family = families.get(name)
+                if family is None:
+                    family = families[name] = Metric(name, doc, kind)
+                for sample, labels, value in samples:
+                    family.add_sample(sample, {**labels, **worker}, value)
+        yield from families.values()
 
     def _sum(self, kind: str, name: str, arity: int, width: int, live: bool = False) -> dict[Labels, list[float]]:
         cells: dict[Labels, list[float]] = {}

@@ -11,9 +11,10 @@ to `FLUSH_WAIT_S` for each file to be replaced), and merges every file: counters
 every worker that ever ran in this server, live or dead (a dead worker's last snapshot stays, so the
 server's counters never drop when a worker is killed and restarted: at most what it counted after its last
 snapshot, under a second, is lost), gauges of this worker's own load (in flight, queues) summed over the
-live workers only. A dead worker's file is folded into `retired.json` by the next scrape, so restarts and
-reloads do not grow the directory; folding takes the directory's lock exclusively and reading it shared,
-so no scrape counts a worker twice.
+live workers only, and each live worker's process_* and python_gc_* series labelled with its `worker` slot
+and `pid` (a sum of processes' memory or start times would describe no process). A dead worker's file is
+folded into `retired.json` by the next scrape, so restarts and reloads do not grow the directory; folding
+takes the directory's lock exclusively and reading it shared, so no scrape counts a worker twice.
 
 A sibling is signalled only if /proc says it is a live child of this worker's own parent (the supervisor),
 so a pid the kernel reused for another process is never sent SIGUSR1.

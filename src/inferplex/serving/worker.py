@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a sibling's scrape asking for metrics, until the app listens
     config = load_config(args.config) if args.config else parse_config(DEFAULT_CONFIG, "<embedded defaults>")
     config = for_slot(config, args.slot)
+    os.environ["INFERPLEX_WORKER_SLOT"] = str(args.slot)  # the `worker` label of its process_* metrics
     configure_logging(config)
     sock = socket.socket(fileno=args.fd)
     host, port = sock.getsockname()[:2]
