@@ -228,6 +228,11 @@ def summarize(rows: list[dict[str, Any]], warmup_min: int) -> dict[str, Any]:
         "rss_mb_last": rss[-1],
         "rss_mb_max": max(rss),
         "rss_slope_mb_per_hour": round(slope_per_hour([float(r["minute"]) for r in steady], rss), 2),
+        # the trend of the last ten minutes alone: memory that grows and then levels off (a collector or a
+        # cache reaching its bound) shows here as ~0 while the whole run's slope is not
+        "rss_slope_last_10_min_mb_per_hour": round(
+            slope_per_hour([float(r["minute"]) for r in steady[-10:]], rss[-10:]), 2
+        ),
         "fds": span("fds"),
         "tcp": span("tcp"),
         "tcp_postgres": span("tcp_postgres"),
