@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -218,3 +219,29 @@ def test_counts_survive_a_worker_killed_and_restarted(server: tuple[Served, int]
         check_server_counts(
             scrape_on(served, pid), ok=7, unauthorized=3, tokens=(in_a + in_b + in_c, out_a + out_b + out_c)
         )
+
+
+def test_counts_survive_a_reload(server: tuple[Served, int]) -> None:
+    """SIGHUP: a new set of workers, the old ones drained and gone; their counts stay in the server's, and the
+    new worker 0 serves the metrics listener (it binds the port while the old one still drains)."""
+    served, listen = server
+    old = workers(served)
+    tokens = (0, 0)
+    for pid in old:
+        got = traffic(served, pid, buffered=1, streams=1)
+        tokens = (tokens[0] + got[0], tokens[1] + got[1])
+    served.signal(signal.SIGHUP)
+    served.wait_log("new workers serving")
+    deadline = time.monotonic() + 60
+    while served.log().count("exited with code 0") < 2:
+        assert time.monotonic() < deadline, served.log()
+        time.sleep(0.1)
+    new = workers(served, exclude=frozenset(old))
+    for pid in new:
+        samples = scrape_on(served, pid)
+        check_server_counts(samples, ok=4, unauthorized=2, tokens=tokens)
+        assert processes(samples) == set(new)
+    with httpx.Client(timeout=30) as plain:
+        listener = scrape(plain, path=f"http://127.0.0.1:{listen}/metrics")
+    check_server_counts(listener, ok=4, unauthorized=2, tokens=tokens)
+    assert processes(listener) == set(new)

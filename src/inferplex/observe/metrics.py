@@ -223,7 +223,8 @@ class MetricsSink(Sink):
             self._shared = Shared(where, self._snapshot)
             self._shared.start()
         if self.config.listen:
-            self._listener = await listen(self.scrape, CONTENT_TYPE, self.config.listen)
+            reuse = self._shared is not None
+            self._listener = await listen(self.scrape, CONTENT_TYPE, self.config.listen, reuse)
 
     async def aclose(self) -> None:
         if self._listener is not None:

@@ -13,9 +13,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 
-async def listen(scrape: Callable[[], Awaitable[bytes]], content_type: str, address: str) -> web.AppRunner:
+async def listen(
+    scrape: Callable[[], Awaitable[bytes]], content_type: str, address: str, reuse_port: bool = False
+) -> web.AppRunner:
     """Start serving what `scrape` returns on "host:port" (an empty host: every interface); the runner
-    stops it."""
+    stops it. `reuse_port` (a supervisor's worker): a reload's new worker binds it while the old one still
+    drains (SO_REUSEPORT), and either answers for the whole server (metrics_workers.py)."""
     host, _, port = address.rpartition(":")
 
     async def metrics(request: web.Request) -> web.Response:
@@ -26,7 +29,7 @@ async def listen(scrape: Callable[[], Awaitable[bytes]], content_type: str, addr
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        await web.TCPSite(runner, host or None, int(port)).start()
+        await web.TCPSite(runner, host or None, int(port), reuse_port=reuse_port or None).start()
     except BaseException:
         await runner.cleanup()
         raise
