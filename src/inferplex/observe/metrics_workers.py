@@ -75,7 +75,10 @@ class Shared:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGUSR1, self.write, True)
+        try:
+            loop.add_signal_handler(signal.SIGUSR1, self.write, True)
+        except (RuntimeError, ValueError, NotImplementedError):  # not the main thread: written each second only
+            log.warning("metrics: SIGUSR1 not handled here; sibling scrapes read a snapshot up to 1 s old")
         self.write(True)  # only now: a sibling signals the pids it finds files for
         self._task = loop.create_task(self._every_second())
 
