@@ -35,6 +35,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import statistics
 import subprocess
 import sys
@@ -476,6 +477,11 @@ def main() -> int:
                     stop()
                 except Exception as exc:  # cleanup goes on whatever one step raised
                     print(f"cleanup: {exc}", file=sys.stderr)
+            # every server's output, kept: a peer that answers slowly or fails says why there
+            logs = Path(args.out) / f"peers-{started:%Y%m%dT%H%M%SZ}-logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            for log in tmp.glob("*.log"):
+                shutil.copy(log, logs / log.name)
     text = table(servers, memory)
     cmd = " ".join(["python", "bench/peers.py", *sys.argv[1:]])
     header = (f"`{cmd}`, {started:%Y-%m-%d %H:%M} UTC, median of {args.rounds} round(s), load average at the "
