@@ -34,6 +34,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     delete,
     func,
     or_,
@@ -116,6 +117,24 @@ COUNTED = {"succeeded": "completed", "errored": "failed", "cancelled": "cancelle
 LIVE = ("pending", "running")
 # Batches whose lines may still run or be wound up (finalized into files).
 OPEN = ("in_progress", "cancelling", "finalizing")
+# Lines to run (pending, or running with a lapsed lease) of batches in progress; asked every second (claim).
+DUE = and_(
+    L.status.in_(LIVE),
+    or_(L.claimed_until.is_(None), L.claimed_until < bindparam("now")),
+    L.batch_id.in_(select(B.id).where(B.status == "in_progress", B.expired_at.is_(None), B.deleted_at.is_(None))),
+)
+ANY_DUE = select(L.line_no).where(DUE).limit(1)
+# The open batches with no line left to run and no worker finalizing them: ready to be finalized. Built once:
+# the worker asks every second, and negating a new EXISTS leaves a reference cycle in SQLAlchemy (the clause
+# and its comparator) that only the cyclic collector frees, which `inferplex serve` runs rarely (serving/
+# worker.py): built per tick, it kept ~0.6 MB a minute of garbage around for the best part of an hour. So are
+# the statements above (an expanding IN's parameter, once cloned, holds a set that holds it).
+READY = select(B.id).where(
+    B.status.in_(OPEN),
+    or_(B.claimed_until.is_(None), B.claimed_until < bindparam("now")),
+    B.deleted_at.is_(None),
+    ~select(L.line_no).where(L.batch_id == B.id, L.status.in_(LIVE)).exists(),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,16 +342,14 @@ class BatchRows:
     async def claim(self, token: str, now: float, lease_s: float, limit: int) -> list[Claimed]:
         """Up to `limit` claimable lines, leased to `token` until `now + lease_s`, each with a new attempt and
         request id. A read first: a gateway with nothing to run (nearly always) costs one indexed read."""
-        active = select(B.id).where(B.status == "in_progress", B.expired_at.is_(None), B.deleted_at.is_(None))
-        free = or_(L.claimed_until.is_(None), L.claimed_until < now)
-        due = and_(L.status.in_(LIVE), free, L.batch_id.in_(active))
-        if await self.db.read(lambda conn: conn.execute(select(L.line_no).where(due).limit(1)).first()) is None:
+        at = {"now": now}
+        if await self.db.read(lambda conn: conn.execute(ANY_DUE, at).first()) is None:
             return []
 
         def run(conn: Connection) -> list[Claimed]:
-            query = select(L.batch_id, L.line_no, L.custom_id, L.body, L.attempt).where(due)
+            query = select(L.batch_id, L.line_no, L.custom_id, L.body, L.attempt).where(DUE)
             query = query.order_by(L.batch_id, L.line_no).limit(limit)
-            found = conn.execute(query.with_for_update(skip_locked=True, of=batch_lines)).all()
+            found = conn.execute(query.with_for_update(skip_locked=True, of=batch_lines), at).all()
             claimed = []
             for batch_id, line_no, custom_id, body, attempt in found:
                 request_id = "breq_" + secrets.token_hex(12)
@@ -447,10 +464,7 @@ class BatchRows:
                 error = json.dumps({"code": code, "message": message})
                 ended = update(batch_lines).where(L.batch_id == batch_id, L.status == "pending")
                 conn.execute(ended.values(status=outcome, result=error, settled=True, ended_at=now))
-            live = select(L.line_no).where(L.batch_id == B.id, L.status.in_(LIVE)).exists()
-            free = or_(B.claimed_until.is_(None), B.claimed_until < now)
-            ready = select(B.id).where(B.status.in_(OPEN), free, B.deleted_at.is_(None), ~live)
-            return list(conn.execute(ready).scalars())
+            return list(conn.execute(READY, {"now": now}).scalars())
 
         return await self.db.write(run)
 
