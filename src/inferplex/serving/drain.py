@@ -33,6 +33,7 @@ from typing import Any
 import uvicorn
 
 from inferplex.http_server import GatewayHTTPProtocol
+from inferplex.serving.collector import ClockedCollector
 from inferplex.serving.readiness import Readiness
 
 log = logging.getLogger("inferplex")
@@ -91,6 +92,7 @@ class DrainingServer(uvicorn.Server):
         self.drain_s = drain_s
         self.on_started = on_started
         self._stop_accepting_at: float | None = None
+        self._collector = ClockedCollector(time.monotonic())  # cycles' garbage bounded (serving/collector.py)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._stop_accepting_at is None:
@@ -127,7 +129,9 @@ class DrainingServer(uvicorn.Server):
         self.handle_exit(signal.SIGTERM, None)
 
     async def on_tick(self, counter: int) -> bool:
-        if self._stop_accepting_at is not None and time.monotonic() >= self._stop_accepting_at:
+        now = time.monotonic()
+        self._collector.tick(now)
+        if self._stop_accepting_at is not None and now >= self._stop_accepting_at:
             self.should_exit = True
         return await super().on_tick(counter)
 
