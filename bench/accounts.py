@@ -296,6 +296,17 @@ def drop_redis_prefix(prefix: str) -> None:
     client.close()
 
 
+def tear_down(servers: list[Server], upstream: subprocess.Popen[bytes], databases: list[str]) -> None:
+    """Stop what a run started (the servers still up, the upstream) and drop the databases it made."""
+    for s in servers:
+        if s.proc.poll() is None:
+            s.stop()
+    upstream.terminate()
+    upstream.wait(15)
+    for db in databases:
+        pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+
+
 def pg_admin(statement: str) -> None:
     """Run one statement (CREATE or DROP DATABASE) on the local PostgreSQL's `postgres` database."""
     import asyncpg
@@ -391,13 +402,7 @@ def main() -> int:
             for s in servers:
                 s.stop()
     finally:
-        for s in servers:
-            if s.proc.poll() is None:
-                s.stop()
-        upstream.terminate()
-        upstream.wait(15)
-        for db in created:
-            pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        tear_down(servers, upstream, created)
         drop_redis_prefix(prefix)
     base = rows[0]["latency"]
     print(f"{'scenario':<27} {'ok':>6} {'non2xx':>6} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} rows")

@@ -199,13 +199,7 @@ def main() -> int:
             for s in servers:
                 s.stop()
     finally:
-        for s in servers:
-            if s.proc.poll() is None:
-                s.stop()
-        upstream.terminate()
-        upstream.wait(15)
-        for db in created:
-            accounts.pg_admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+        accounts.tear_down(servers, upstream, created)
         accounts.drop_redis_prefix(prefix)
     print(f"\n{started} to {ended} UTC, {args.rounds} rounds of {args.duration:g} s per server and rate, "
           f"upstream {args.latency_ms:g} ms, pooled service-time percentiles\n")  # fmt: skip

@@ -189,13 +189,7 @@ def main() -> int:
             for s in servers:
                 s.stop()
     finally:
-        for s in servers:
-            if s.proc.poll() is None:
-                s.stop()
-        upstream.terminate()
-        upstream.wait(15)
-        for database in created:
-            accounts.pg_admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        accounts.tear_down(servers, upstream, created)
     base = rows[0]["latency"]
     heads = ("ok", "non2xx", "p50 ms", "p90 ms", "p99 ms", "+p50 ms", "+p99 ms")
     print(f"{'scenario':<24} " + " ".join(f"{h:>8}" for h in heads))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -20,6 +22,12 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def serve_command(config: Path | str, port: int) -> list[str]:
+    """`inferplex serve` as one process (`--workers 1`) on `port`: what a test that starts, kills or restarts
+    a gateway process means by one (serve's default is a supervisor with a worker per core)."""
+    return [sys.executable, "-m", "inferplex", "serve", "--config", str(config), "--port", str(port), "--workers", "1"]
 
 
 class GatewayServer:

@@ -9,7 +9,6 @@ Redis keys under the test's prefix deleted, so a test never leaves state for the
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from tests.accounts.conftest import REDIS_URL
-from tests.gateway_server import free_port
+from tests.gateway_server import free_port, serve_command
 
 
 @contextmanager
@@ -27,7 +26,7 @@ def serve(configs: Sequence[Path], env: Mapping[str, str], redis_prefix: str | N
     ports = [free_port() for _ in configs]
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port), "--workers", "1"],
+            serve_command(path, port),
             env=dict(env),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -44,7 +43,7 @@ def serve(configs: Sequence[Path], env: Mapping[str, str], redis_prefix: str | N
         for proc in procs:
             proc.wait(15)
         if redis_prefix is not None:
-            _forget(redis_prefix)
+            forget_redis_prefix(redis_prefix)
 
 
 def _wait_until_up(urls: list[str], procs: list[subprocess.Popen[bytes]]) -> None:
@@ -61,7 +60,8 @@ def _wait_until_up(urls: list[str], procs: list[subprocess.Popen[bytes]]) -> Non
             time.sleep(0.1)
 
 
-def _forget(prefix: str) -> None:
+def forget_redis_prefix(prefix: str) -> None:
+    """Delete every key under `prefix` (a test's own), so no test leaves Redis state for the next."""
     import redis
 
     client = redis.Redis.from_url(REDIS_URL)

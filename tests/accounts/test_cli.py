@@ -21,7 +21,7 @@ import yaml
 from inferplex.cli import main
 from tests.accounts.conftest import billing_config
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.gateway_server import GatewayServer, free_port
+from tests.gateway_server import GatewayServer, free_port, serve_command
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -157,18 +157,7 @@ class Served:
         self.port = free_port()
         full_env = {k: v for k, v in os.environ.items() if k != "INFERPLEX_MASTER_KEY"} | env
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "inferplex",
-                "serve",
-                "--config",
-                str(config),
-                "--port",
-                str(self.port),
-                "--workers",
-                "1",
-            ],
+            serve_command(config, self.port),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -21,7 +21,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -39,7 +38,7 @@ from tests.accounts.conftest import Admin, own_database
 from tests.batches.worker_harness import MASTER, batch_config
 from tests.conftest import UPSTREAM_KEY
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.gateway_server import free_port
+from tests.gateway_server import free_port, serve_command
 
 T = TypeVar("T")
 LINES = 1000
@@ -59,18 +58,7 @@ def wait_for(check: Callable[[], T | None], within_s: float = 60.0, every: float
 def start(config: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {**os.environ, "FAKE_UPSTREAM_KEY": UPSTREAM_KEY, "BATCHES_TEST_MASTER": MASTER}
-    command = [
-        sys.executable,
-        "-m",
-        "inferplex",
-        "serve",
-        "--config",
-        str(config),
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
+    command = serve_command(config, port)
     with open(config.parent / f"gateway-{port}.log", "wb") as log:
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -32,6 +32,7 @@ from aiohttp import web
 from tests.accounts.conftest import REDIS_URL, billing_config, migrated_db, own_database, pg_url
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import free_port
+from tests.replicas import forget_redis_prefix
 
 HAPROXY_CFG = Path(__file__).parents[2] / "deploy" / "haproxy" / "haproxy.cfg"
 MASTER = "ipx-fleet-master-key"
@@ -189,16 +190,6 @@ def _config(upstream: CountingUpstream, tmp: Path, database_url: str, prefix: st
     return config
 
 
-def _forget(prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    keys = list(client.scan_iter(prefix + "*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
-
-
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
     """Three replicas (each its own data directory: its spool), HAProxy in front, all up and checked UP."""
@@ -232,4 +223,4 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
         for replica in replicas:
             replica.stop()
         upstream.stop()
-        _forget(prefix)
+        forget_redis_prefix(prefix)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +15,7 @@ from typing import Any
 import openai
 
 from tests.accounts.conftest import Admin, pg_url  # noqa: F401
-from tests.gateway_server import free_port
+from tests.gateway_server import free_port, serve_command
 from tests.replicas import _wait_until_up
 from tests.responses_api.test_replicas import MASTER, _clients, config_path, env  # noqa: F401
 
@@ -24,7 +23,7 @@ from tests.responses_api.test_replicas import MASTER, _clients, config_path, env
 @contextmanager
 def _replica(path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     port = free_port()
-    cmd = [sys.executable, "-m", "inferplex", "serve", "--config", str(path), "--port", str(port), "--workers", "1"]
+    cmd = serve_command(path, port)
     proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -4,7 +4,6 @@ PostgreSQL poll each job one at a time and settle it once. The gateways here are
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,7 +12,7 @@ import openai
 import pytest
 from tests.accounts.conftest import Admin
 from tests.fakes.openai_videos_upstream import FakeSora
-from tests.gateway_server import free_port
+from tests.gateway_server import free_port, serve_command
 from tests.media.videos.conftest import MASTER, PRICES, balance, env, new_key, up, video_config, wait_for, write_config
 
 pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")
@@ -21,18 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning"
 
 def _start(config: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "inferplex",
-        "serve",
-        "--config",
-        str(config),
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
+    command = serve_command(config, port)
     with open(config.parent / f"gateway-{port}.log", "wb") as log:  # the process keeps its own handle
         proc = subprocess.Popen(command, env=env(), stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
