@@ -180,6 +180,14 @@ class Supervisor:
     def count(self, config: Config) -> int:
         return self.plan.workers or config.server.workers or worker_count()
 
+    def _coordinate(self, config: Config, n: int) -> None:
+        """Start the coordinator if these workers need it: several of them, and no `storage.redis_url` (with
+        one, the limits and the breakers are kept in Redis, and a coordinator would only hold ~40 MB of memory
+        for nothing). Once started it stays (a reload may need it again)."""
+        if self.coordinator is None and n > 1 and not config.storage.redis_url:
+            self.coordinator = Coordinator()
+            self.coordinator.start()
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
@@ -188,11 +196,9 @@ class Supervisor:
         migrate(self.config)
         self.metrics_dir = tempfile.mkdtemp(prefix="inferplex-metrics-")
         n = self.count(self.config)
-        if n > 1:
-            self.coordinator = Coordinator()
-            self.coordinator.start()
+        self._coordinate(self.config, n)
         self.generation = 1
-        self.workers = {slot: self._spawn(slot, self.config) for slot in range(n)}
+        self.workers = {slot: self._spawn(slot, self.config, n) for slot in range(n)}
         log.info("supervisor (pid %d): starting %d workers", os.getpid(), n)
         try:
             return self._loop()
@@ -225,7 +231,7 @@ class Supervisor:
                 self.coordinator.keep_alive()
             time.sleep(TICK_S)
 
-    def _spawn(self, slot: int, config: Config) -> Worker:
+    def _spawn(self, slot: int, config: Config, n: int) -> Worker:
         assert self.sock is not None
         env = dict(os.environ)
         env["INFERPLEX_MASTER_KEY"] = self.master_key(config, self.plan.source)
@@ -233,7 +239,8 @@ class Supervisor:
             env["INFERPLEX_SHARED_STATE"] = self.coordinator.path
         if self.metrics_dir is not None:
             env["INFERPLEX_METRICS_DIR"] = self.metrics_dir  # observe/metrics_workers.py
-        cmd = [sys.executable, "-m", "inferplex.serving.worker", "--slot", str(slot), "--parent", str(os.getpid())]
+        cmd = [sys.executable, "-m", "inferplex.serving.worker", "--slot", str(slot), "--workers", str(n)]
+        cmd += ["--parent", str(os.getpid())]
         cmd += ["--fd", str(self.sock.fileno()), "--ready-fd", str(self._ready_w)]
         if self.plan.source:
             cmd += ["--config", self.plan.source]
@@ -276,7 +283,7 @@ class Supervisor:
                 state.restart_at = now + delay
             if state.restart_at is not None and now >= state.restart_at:
                 state.restart_at = None
-                self.workers[slot] = self._spawn(slot, self.config)
+                self.workers[slot] = self._spawn(slot, self.config, len(self.workers))
                 log.info("worker %d restarted (pid %d)", slot, self.workers[slot].proc.pid)
         return False
 
@@ -308,9 +315,10 @@ class Supervisor:
             log.error("SIGHUP: reload refused, the workers keep the config they have: %s", exc)
             return
         n = self.count(config)
+        self._coordinate(config, n)
         self.generation += 1
         log.warning("SIGHUP: reloading: starting %d new workers", n)
-        new = {slot: self._spawn(slot, config) for slot in range(n)}
+        new = {slot: self._spawn(slot, config, n) for slot in range(n)}
         deadline = time.monotonic() + START_S
         while not all(w.ready for w in new.values()):
             failed = [w for w in new.values() if w.proc.poll() is not None]

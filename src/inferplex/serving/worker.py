@@ -87,15 +87,26 @@ def _die_with(parent: int) -> None:
         sys.exit(0)
 
 
-def for_slot(config: Config, slot: int) -> Config:
-    """The config worker `slot` runs: a separate metrics listener (`observability.metrics.listen`) binds a port
-    of its own, which one process only can hold, so worker 0 serves it (with the whole server's series, as
-    /metrics on any worker: observe/metrics_workers.py) and the others leave it out rather than fail to start."""
+def for_slot(config: Config, slot: int, workers: int = 1) -> Config:
+    """The config worker `slot` of `workers` runs.
+
+    - A separate metrics listener (`observability.metrics.listen`) binds a port of its own, which one process
+      only can hold, so worker 0 serves it (with the whole server's series, as /metrics on any worker:
+      observe/metrics_workers.py) and the others leave it out rather than fail to start.
+    - `storage.pool_size` is the server's PostgreSQL connections (what an operator sizes `max_connections`
+      by), so each worker keeps its share, rounded up: N workers each opening the whole pool held N times
+      the connections, and on a server near `max_connections` the extra ones were refused mid-request.
+    """
     metrics = config.observability.metrics
-    if slot == 0 or metrics.listen is None:
-        return config
-    observability = config.observability.model_copy(update={"metrics": metrics.model_copy(update={"listen": None})})
-    return config.model_copy(update={"observability": observability})
+    update: dict[str, object] = {}
+    if slot != 0 and metrics.listen is not None:
+        update["observability"] = config.observability.model_copy(
+            update={"metrics": metrics.model_copy(update={"listen": None})}
+        )
+    if workers > 1:
+        share = max(1, math.ceil(config.storage.pool_size / workers))
+        update["storage"] = config.storage.model_copy(update={"pool_size": share})
+    return config.model_copy(update=update) if update else config
 
 
 def worker_count(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
@@ -121,13 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
     parser.add_argument("--ready-fd", type=int, required=True, help="where to say `SLOT PID` once serving")
     parser.add_argument("--slot", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1, help="how many workers share the server's pools")
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
     _die_with(args.parent)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # a reload is the supervisor's: it starts new workers
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a sibling's scrape asking for metrics, until the app listens
     config = load_config(args.config) if args.config else parse_config(DEFAULT_CONFIG, "<embedded defaults>")
-    config = for_slot(config, args.slot)
+    config = for_slot(config, args.slot, args.workers)
     os.environ["INFERPLEX_WORKER_SLOT"] = str(args.slot)  # the `worker` label of its process_* metrics
     configure_logging(config)
     sock = socket.socket(fileno=args.fd)
