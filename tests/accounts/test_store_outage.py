@@ -99,3 +99,44 @@ def test_a_migration_may_outlast_the_store_deadline(pg_url: str) -> None:
             await db.aclose()
 
     asyncio.run(run())
+
+
+def _sql(*statements: str) -> None:
+    async def run() -> None:
+        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+        try:
+            for statement in statements:
+                await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def test_postgresql_refusing_more_connections_is_a_503_not_a_500(
+    fake_openai: FakeOpenAI, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ "Too many clients" (SQLSTATE 53300: max_connections, or a role's limit, reached by other servers or
+    workers) is the database being unavailable for now, not a bug: 503, and 200 again once it takes them."""
+    role = f"inferplex_limited_{time.time_ns()}"
+    _sql(f'CREATE ROLE "{role}" LOGIN', f'CREATE DATABASE "{role}" OWNER "{role}"')
+    try:
+        url = f"postgresql+asyncpg://{role}@127.0.0.1:5432/{role}"
+        with GatewayServer(billing_config(fake_openai, tmp_path, url)) as server:
+            admin = Admin(server.url, server.master_key)
+            key = admin.create_key(credits_micros=1_000_000)["key"]
+            with caplog.at_level(logging.WARNING):
+                _sql(
+                    f'ALTER ROLE "{role}" CONNECTION LIMIT 0',
+                    f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'",
+                )
+                refused = eventually(lambda: chat(server, key), 503)  # its key was never looked up
+                assert refused.status_code == 503, refused.text
+                assert refused.json()["error"]["code"] == "store_unavailable"
+                assert eventually(lambda: admin.client.get("/admin/keys"), 503).status_code == 503
+            assert "Traceback" not in caplog.text and "unexpected error" not in caplog.text
+            _sql(f'ALTER ROLE "{role}" CONNECTION LIMIT -1')
+            assert eventually(lambda: chat(server, key), 200).status_code == 200
+            admin.close()
+    finally:
+        _sql(f'DROP DATABASE IF EXISTS "{role}" WITH (FORCE)', f'DROP ROLE IF EXISTS "{role}"')

@@ -49,10 +49,13 @@ class StoreUnavailable(Exception):
 
 # What a driver raises when the database cannot be reached or dropped the connection (not a bad statement):
 # refused, lost or timed-out sockets (TimeoutError is an OSError), asyncpg's closed-connection and
-# connection-class errors, SQLite's I/O and lock failures.
+# connection-class errors, PostgreSQL refusing more clients (SQLSTATE 53300: `max_connections` or a role's
+# limit taken by other servers or workers: unavailable for now, not a bad statement), SQLite's I/O and lock
+# failures.
 UNREACHABLE: tuple[type[BaseException], ...] = (
     OSError,
     asyncpg.PostgresConnectionError,
+    asyncpg.TooManyConnectionsError,
     asyncpg.InterfaceError,
     sqlite3.OperationalError,
 )
