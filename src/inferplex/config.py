@@ -267,8 +267,11 @@ class StorageConfig(_Strict):
     `redis_failure`: when Redis is unreachable, `open` admits requests unlimited, `closed` refuses them (503).
     `redis_lease_s`: a concurrency slot's lease in Redis, renewed every third of it while its request runs:
     how long the slots of a replica that died (or could not send a release) stay taken (limits/leases.py).
-    `pool_size`: PostgreSQL connections per replica, all kept open; a request waits for a free one rather
-    than opening (and then closing) an extra one, which costs more CPU than the queries themselves.
+    It is also each replica's liveness lease in the database: a lost replica's credit reservations are
+    released by the others within it plus a third (store/liveness.py).
+    `pool_size`: PostgreSQL connections per server (shared out over `--workers N`: each keeps
+    ceil(pool_size / N)), all kept open; a request waits for a free one rather than opening (and then
+    closing) an extra one, which costs more CPU than the queries themselves.
     `timeout_s`: the deadline of every call to the database (a silent one costs a request this, then 503).
     `spool_flush_s`: how often what a failed write left in the local spool is written again.
     `orphan_release_s`: a reservation with no settlement this old is released (docs/accounts.md, "Under
