@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import uvicorn
 
 from inferplex.app import create_app
@@ -28,6 +31,21 @@ def serve_command(config: Path | str, port: int) -> list[str]:
     """`inferplex serve` as one process (`--workers 1`) on `port`: what a test that starts, kills or restarts
     a gateway process means by one (serve's default is a supervisor with a worker per core)."""
     return [sys.executable, "-m", "inferplex", "serve", "--config", str(config), "--port", str(port), "--workers", "1"]
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Callable[[], str], timeout: float = 60) -> None:
+    """Until a gateway process answers `GET /health/ready` with 200 (serving, not draining); failing with its
+    log if it exits first or is not ready within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"exited {proc.returncode}:\n{log()}"
+        try:
+            if httpx.get(url + "/health/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"not ready within {timeout:g} s:\n{log()}"
+        time.sleep(0.1)
 
 
 class GatewayServer:

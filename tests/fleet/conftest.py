@@ -31,7 +31,7 @@ from aiohttp import web
 
 from tests.accounts.conftest import REDIS_URL, billing_config, migrated_db, own_database, pg_url
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.gateway_server import free_port
+from tests.gateway_server import free_port, wait_ready
 from tests.replicas import forget_redis_prefix
 
 HAPROXY_CFG = Path(__file__).parents[2] / "deploy" / "haproxy" / "haproxy.cfg"
@@ -85,16 +85,8 @@ class Replica:
             self.proc = subprocess.Popen(command, env=self.env, stdout=out, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.proc is not None and self.proc.poll() is None, self.tail()
-            try:
-                if httpx.get(self.url + "/health/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"{self.name} did not become ready\n{self.tail()}"
-            time.sleep(0.1)
+        assert self.proc is not None, f"{self.name} was not started"
+        wait_ready(self.url, self.proc, lambda: f"{self.name}\n{self.tail()}", timeout)
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None

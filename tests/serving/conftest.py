@@ -20,7 +20,7 @@ import openai
 import pytest
 import yaml
 
-from tests.gateway_server import free_port
+from tests.gateway_server import free_port, wait_ready
 from tests.serving.upstream import PacedUpstream
 
 MASTER_KEY = "ipx-serving-test-key"
@@ -88,16 +88,7 @@ class Served:
             time.sleep(0.05)
 
     def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.proc.poll() is None, f"exited {self.proc.returncode}:\n{self.log()}"
-            try:
-                if httpx.get(self.url + "/health/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, f"not ready:\n{self.log()}"
-            time.sleep(0.1)
+        wait_ready(self.url, self.proc, self.log, timeout)
 
     def ready_pid(self) -> int:
         """The pid of the worker that answered `/health/ready` on a new connection."""
