@@ -39,7 +39,7 @@ from inferplex.observe.metrics_series import Collector, Counter, Gauge, Histogra
 from inferplex.observe.metrics_workers import Part, Shared, Snapshot, directory, sum_rows
 from inferplex.observe.settings import MetricsConfig
 from inferplex.providers.profiles import profile_for
-from inferplex.routing.health import DeploymentHealth, snapshot
+from inferplex.routing.health import DeploymentHealth, local_load, snapshot
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -275,20 +275,9 @@ class MetricsSink(Sink):
         return {"counters": counters, "histograms": histograms, "gauges": gauges, "process": process, "worker": worker}
 
     def _local_deployments(self) -> tuple[list[Any], list[Any]]:
-        """This worker's attempts open and waiting per deployment (routing/health.py reads the same)."""
-        router = self._router
-        in_flight: dict[str, int] = {}
-        queued: dict[str, int] = {}
-        if router is None:
-            return [], []
-        for model in router.catalog.models:
-            for t in router.catalog.targets(model):
-                if t.key in in_flight:
-                    continue
-                stats = router.stats.get(t.key)
-                in_flight[t.key] = stats.in_flight if stats is not None else 0
-                queued[t.key] = router.gate(t).waiting
-        return [[[k], v] for k, v in in_flight.items()], [[[k], v] for k, v in queued.items()]
+        """This worker's attempts open and waiting per deployment, as snapshot rows."""
+        load = local_load(self._router) if self._router is not None else {}
+        return [[[k], v[0]] for k, v in load.items()], [[[k], v[1]] for k, v in load.items()]
 
     def _per_deployment(self, value: Any) -> list[tuple[Labels, float]]:
         seen: dict[str, float] = {}

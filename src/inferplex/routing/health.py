@@ -35,11 +35,24 @@ class DeploymentHealth(TypedDict):
     queued: int  # waiting for a concurrency slot on it
 
 
+def local_load(router: Router) -> dict[str, tuple[int, int]]:
+    """Each deployment's attempts open, and requests waiting for one of its slots, in this process alone (no
+    store read): what the health rows show, and what a worker's metrics snapshot adds to its siblings'."""
+    load: dict[str, tuple[int, int]] = {}
+    for model in router.catalog.models:
+        for t in router.catalog.targets(model):
+            if t.key not in load:
+                stats = router.stats.get(t.key)
+                load[t.key] = (stats.in_flight if stats is not None else 0, router.gate(t).waiting)
+    return load
+
+
 async def snapshot(router: Router) -> list[DeploymentHealth]:
     """Every deployment of every configured model, in configuration order."""
     targets = [t for model in router.catalog.models for t in router.catalog.targets(model)]
     keys = list(dict.fromkeys(t.key for t in targets))
     states = dict(zip(keys, await router.cooldowns.states(keys), strict=True))
+    load = local_load(router)
     rows: list[DeploymentHealth] = []
     for t in targets:
         d = t.deployment
@@ -53,7 +66,7 @@ async def snapshot(router: Router) -> list[DeploymentHealth]:
                 provider=t.provider.name,
                 kind=t.provider.kind,
                 upstream_model=d.model,
-                in_flight=stats.in_flight if stats is not None else 0,
+                in_flight=load[t.key][0],
                 ttft_ms=stats.ttft_ms if stats is not None else None,
                 per_token_ms=stats.per_token_ms if stats is not None else None,
                 breaker=breaker,
@@ -63,7 +76,7 @@ async def snapshot(router: Router) -> list[DeploymentHealth]:
                 rpm_used=rpm_used if d.rpm is not None else None,
                 tpm_used=tpm_used if d.tpm is not None else None,
                 max_concurrent=d.max_concurrent,
-                queued=router.gate(t).waiting,
+                queued=load[t.key][1],
             )
         )
     return rows
