@@ -1,0 +1,104 @@
+"""Building the response cache from the configuration, once, in the app's lifespan.
+
+The backend: `cache.backend`, or with `auto` the one the deployment already has: Redis when a Redis URL is
+configured (`cache.redis_url`, else `storage.redis_url`: replicas then share the cache), else SQLite when the
+store is SQLite (the embedded default: `cache.sqlite_path`, else `<server.data_dir>/cache.sqlite3`), else
+the in-process memory (a PostgreSQL store without Redis: each replica caches for itself). The SQLite and
+Redis backends are imported only when chosen.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from typing import Any
+
+from inferplex.cache.backends.memory import MemoryBackend
+from inferplex.cache.base import Backend
+from inferplex.cache.service import CacheService, semantic_module
+from inferplex.config import Config
+from inferplex.pipeline import Pipeline
+
+log = logging.getLogger("inferplex")
+
+
+def problems(config: Config) -> list[str]:
+    """What in the `cache` settings cannot work with the rest of the configuration (empty: nothing)."""
+    cache = config.cache
+    found: list[str] = []
+    if cache.backend == "redis" and not (cache.redis_url or config.storage.redis_url):
+        found.append("cache.backend redis needs cache.redis_url or storage.redis_url")
+    name = cache.semantic.embedding_model
+    if name != "bundled" and not any(m.name == name and m.type == "embedding" for m in config.models):
+        found.append(f"cache.semantic.embedding_model {name!r} is not a model of type embedding in this config")
+    return found
+
+
+def backend_choice(config: Config) -> tuple[str, str | None]:
+    """(backend name, its location: the Redis URL or the SQLite file) the configuration picks."""
+    cache, storage = config.cache, config.storage
+    redis_url = cache.redis_url or storage.redis_url
+    name = cache.backend
+    if name == "auto":
+        database = storage.database_url
+        name = "redis" if redis_url else "sqlite" if database is None or database.startswith("sqlite") else "memory"
+    if name == "redis":
+        return name, redis_url
+    if name == "sqlite":
+        return name, cache.sqlite_path or os.path.join(config.server.data_dir, "cache.sqlite3")
+    return "memory", None
+
+
+async def open_backend(config: Config) -> Backend:
+    name, where = backend_choice(config)
+    cache = config.cache
+    if name == "redis":
+        assert where is not None
+        redis: Any = _backend_class("redis", "RedisBackend", config)
+        if redis is not None:
+            backend: Backend = await redis.open(where, cache.redis_prefix, config.storage.redis_timeout_s)
+            return backend
+    elif name == "sqlite":
+        assert where is not None
+        sqlite: Any = _backend_class("sqlite", "SqliteBackend", config)
+        if sqlite is not None:
+            backend = await sqlite.open(where)
+            return backend
+    return MemoryBackend(cache.max_bytes)
+
+
+def _backend_class(module: str, cls: str, config: Config) -> Any:
+    """cache/backends/<module>.py's class; with `backend: auto`, None (memory) while that module is not
+    there yet, said once in the log."""
+    full = f"inferplex.cache.backends.{module}"
+    try:
+        return getattr(importlib.import_module(full), cls)
+    except ModuleNotFoundError as exc:
+        if exc.name != full or config.cache.backend != "auto":
+            raise
+        log.warning("response cache: the %s backend is not available; caching in memory", module)
+        return None
+
+
+async def start(config: Config, pipeline: Pipeline) -> CacheService | None:
+    """The configured cache, or None when the `cache` section is off."""
+    if not config.cache.enabled:
+        return None
+    found = problems(config)
+    if found:
+        raise ValueError("; ".join(found))
+    backend = await open_backend(config)
+    settings = config.cache.semantic
+
+    async def open_semantic() -> Any:
+        module = semantic_module()
+        if module is None:
+            return None
+        embedder = await module.open_embedder(settings, pipeline)
+        return module.SemanticIndex(backend, embedder, settings)
+
+    service = CacheService(config.cache, backend, open_semantic)
+    if any(m.cache.semantic for m in config.models):  # load the embedding model now, not at the first request
+        await service.semantic_index()
+    return service
