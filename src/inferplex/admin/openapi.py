@@ -12,10 +12,11 @@ from typing import Any
 
 from inferplex import __version__
 from inferplex.admin import responses as r
+from inferplex.admin.cache import MAX_WINDOW_S, CachePurge
 from inferplex.admin.models import AccountCreate, AccountUpdate, CreditChange, KeyCreate, KeyUpdate, TokenRequest
 from inferplex.openapi.operations import GATEWAY, OPERATIONS
 from inferplex.openapi.spec import Dialect, Operation, Param, build_document
-from inferplex.store.request_log import MAX_LIMIT, STATUS_CLASSES
+from inferplex.store.request_log import CACHE_OUTCOMES, MAX_LIMIT, STATUS_CLASSES
 from inferplex.store.rollups import GROUPS as SERIES_GROUPS
 from inferplex.store.usage import GROUPS
 
@@ -29,6 +30,12 @@ _FILTER = (
     Param("model"),
     Param("since", _NUMBER, description="UNIX seconds"),
     Param("until", _NUMBER, description="UNIX seconds"),
+    Param(
+        "cache",
+        {"type": "string", "enum": [*CACHE_OUTCOMES, "hits"]},
+        description="the response cache's outcome: hit, semantic-hit, miss, bypass, hits (either kind), or none "
+        "(caching did not apply)",
+    ),
 )
 _LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 10_000})
 _MICROS = {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}
@@ -153,6 +160,30 @@ ADMIN_OPERATIONS: list[Operation] = [
         "One request: attempts, timings, tokens, cost, error, bodies where logged, credit moves",
         r.RequestDetail,
         (*_READ, 404),
+    ),
+    _admin(
+        "get",
+        "/admin/cache",
+        "The response cache: its size now, and its hit rate over a window (every replica's requests), by model",
+        r.CacheState,
+        (*_READ,),
+        params=(
+            Param(
+                "window_s",
+                {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_WINDOW_S},
+                description="the hit rate's window, seconds before now (default 86400)",
+            ),
+        ),
+    ),
+    _admin(
+        "post",
+        "/admin/cache/purge",
+        "Remove cached answers by entry, model, namespace, key or scope (every selector given must match), or all",
+        r.CachePurged,
+        (*_WRITE, 409),
+        body=CachePurge,
+        description="409 `cache_disabled` when the cache is off; 503 `cache_unavailable` when its store cannot be "
+        "reached.",
     ),
     Operation(
         "post",

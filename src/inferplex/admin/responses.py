@@ -118,6 +118,8 @@ class UsageColumns(TypedDict):
     tags: list[str]
     end_user: str | None
     attempt_errors: int  # attempts that failed (a request that failed over succeeded with 1 or more)
+    # what the response cache did: hit, semantic-hit, miss or bypass; None where caching did not apply
+    cache: Literal["hit", "semantic-hit", "miss", "bypass"] | None
 
 
 class UsageRow(UsageColumns):
@@ -142,7 +144,7 @@ class UsageTotal(TypedDict):
 
 class UsageTotals(TypedDict):
     object: Literal["list"]
-    by: Literal["day", "model", "key", "account", "tag"]
+    by: Literal["day", "model", "key", "account", "tag", "cache"]
     data: list[UsageTotal]
 
 
@@ -201,6 +203,46 @@ class RequestDetail(RequestSummary):
     request_body: Any  # only when logging bodies was on for the request
     response_body: Any
     ledger: list[LedgerEntry]  # the credit moves the request made
+
+
+class CacheCounts(TypedDict):
+    """Requests by what the response cache did for them, over the window (from the usage rows)."""
+
+    requests: int  # the rows the cache applied to: every outcome below
+    hits: int  # exact hits
+    semantic_hits: int
+    misses: int
+    bypass: int  # the request asked not to be looked up (no-cache, bypass) or not to be stored
+    hit_rate: float | None  # (hits + semantic hits) / (hits + semantic hits + misses); None before any lookup
+
+
+class CacheModel(CacheCounts):
+    model: str | None
+
+
+class CacheWindow(CacheCounts):
+    window_s: float
+    since: float  # UNIX seconds: the window's start
+    by_model: list[CacheModel]
+
+
+class CacheState(TypedDict):
+    """The response cache: its store now (this replica's view of it) and its hit rate over a window (every
+    replica's requests, read from the usage rows)."""
+
+    object: Literal["cache"]
+    enabled: bool
+    backend: str | None  # memory, sqlite, redis; None when the cache is off
+    entries: int | None
+    bytes: int | None
+    vectors: int | None  # semantic index entries
+    max_bytes: int | None  # the in-process backend's bound
+    window: CacheWindow
+
+
+class CachePurged(TypedDict):
+    object: Literal["cache.purge"]
+    purged: int  # entries removed
 
 
 class AccessToken(TypedDict):

@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from inferplex.accounts import tokens
 from inferplex.accounts.wiring import AccountServices
+from inferplex.admin import cache
 from inferplex.admin import operations as ops
 from inferplex.admin.models import (
     AccountCreate,
@@ -34,7 +35,7 @@ from inferplex.context import Context
 from inferplex.dialects.openai import render_error
 from inferplex.edge import Handler, endpoint, json_response, read_json
 from inferplex.errors import InvalidRequest, NotFound, PermissionDenied
-from inferplex.store.request_log import MAX_LIMIT, RequestFilter, RequestLog
+from inferplex.store.request_log import CACHE_OUTCOMES, MAX_LIMIT, RequestFilter, RequestLog
 from inferplex.store.rollups import SECONDS, RollupFilter, Rollups, ceil_to, floor_to, series_csv
 from inferplex.store.usage import GROUPS, UsageFilter
 
@@ -184,10 +185,23 @@ async def ledger(request: Request, ctx: Context) -> Response:
 # ---- usage -----------------------------------------------------------------------------------------------
 
 
+def _cache(request: Request) -> str | None:
+    """`cache`: a cache outcome (hit, semantic-hit, miss, bypass), `hits` (either kind), or `none`."""
+    value = request.query_params.get("cache")
+    if value is not None and value not in (*CACHE_OUTCOMES, "hits"):
+        raise InvalidRequest(f"`cache` must be one of {', '.join(CACHE_OUTCOMES)} or hits.", param="cache")
+    return value
+
+
 def _filter(request: Request) -> UsageFilter:
     q = request.query_params
     return UsageFilter(
-        q.get("key_id"), q.get("account_id"), q.get("model"), _float(request, "since"), _float(request, "until")
+        q.get("key_id"),
+        q.get("account_id"),
+        q.get("model"),
+        _float(request, "since"),
+        _float(request, "until"),
+        _cache(request),
     )
 
 
@@ -289,6 +303,7 @@ async def list_requests(request: Request, ctx: Context) -> Response:
         min_latency_ms=_float(request, "min_latency_ms", "milliseconds"),
         max_latency_ms=_float(request, "max_latency_ms", "milliseconds"),
         tag=q.get("tag"),
+        cache=_cache(request),
     )
     limit = _int(request, "limit", 50, MAX_LIMIT)
     s = _services(request)
@@ -382,7 +397,7 @@ def _admin(handler: Handler, query: tuple[str, ...] = ()) -> Any:
     return endpoint(render_error, checked, "admin")
 
 
-_FILTERS = ("key_id", "account_id", "model", "since", "until")
+_FILTERS = ("key_id", "account_id", "model", "since", "until", "cache")
 _SERIES = ("grain", "group_by", "since", "until", "model", "key_id", "account_id", "provider")
 _REQUESTS = (
     *_FILTERS, "provider", "deployment", "status", "error_type", "min_cost_micros", "max_cost_micros",
@@ -408,6 +423,8 @@ routes = [
     Route("/admin/usage/export", _admin(usage_export, _SERIES), methods=["GET"]),
     Route("/admin/requests", _admin(list_requests, _REQUESTS), methods=["GET"]),
     Route("/admin/requests/{request_id}", _admin(get_request), methods=["GET"]),
+    Route("/admin/cache", _admin(cache.get_cache, ("window_s",)), methods=["GET"]),
+    Route("/admin/cache/purge", _admin(cache.purge_cache), methods=["POST"]),
     Route("/v1/auth/token", endpoint(render_error, issue_token, None), methods=["POST"]),
     Route("/openapi.json", openapi, methods=["GET"]),
 ]

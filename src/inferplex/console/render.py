@@ -71,6 +71,7 @@ NAV = (
     ("requests", "Requests", "/ui/requests"),
     ("providers", "Providers", "/ui/providers"),
     ("models", "Models", "/ui/models"),
+    ("cache", "Cache", "/ui/cache"),
 )
 
 

@@ -25,7 +25,7 @@ from inferplex.console import query, render, session
 from inferplex.console.query import BadQuery
 from inferplex.errors import NotFound
 from inferplex.observe.faults import ERROR_TYPES, FAULTS
-from inferplex.store.request_log import STATUS_CLASSES, RequestFilter, RequestLog, RequestPage
+from inferplex.store.request_log import CACHE_OUTCOMES, STATUS_CLASSES, RequestFilter, RequestLog, RequestPage
 
 PAGE = 50
 RANGES = ("", *query.PRESETS)  # "": any time
@@ -37,7 +37,8 @@ TEXT_FILTERS = (
     ("tag", "tag"),
 )
 NUMBER_FILTERS = ("min_cost", "max_cost", "min_ms", "max_ms")
-FIELDS = ("from", "to", "range", *(name for _, name in TEXT_FILTERS), "status", "error_type", *NUMBER_FILTERS)
+FIELDS = ("from", "to", "range", *(name for _, name in TEXT_FILTERS), "status", "error_type", "cache", *NUMBER_FILTERS)
+CACHE_CHOICES = ("", *CACHE_OUTCOMES, "hits")  # "": any
 MAX_REQUEST_ID = 64  # the usage table's request_id column
 
 
@@ -108,6 +109,7 @@ def filters(params: Mapping[str, str], now: float, deployments: Deployments | No
         max_cost_micros=query.usd_micros(params, "max_cost"),
         min_latency_ms=min_ms,
         max_latency_ms=max_ms,
+        cache=query.choice(params, "cache", CACHE_CHOICES, "") or None,
     )
 
 
@@ -143,6 +145,7 @@ def row_view(row: dict[str, Any], deployments: Deployments) -> dict[str, Any]:
         "cost_micros": row["cost_micros"],
         "total": query.ms(row["total_ms"]),
         "retried": row.get("attempt_errors") or 0,
+        "cache": row.get("cache") or "",  # the response cache's outcome (migration 0020)
     }
 
 
@@ -168,6 +171,7 @@ async def requests_page(request: Request) -> Response:
         "ranges": RANGES,
         "statuses": STATUS_CLASSES,
         "faults": FAULTS,
+        "cache_choices": CACHE_CHOICES,
         "error": None,
         "rows": [],
         "more_href": None,

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
-from inferplex.console import account_pages, auth_pages, key_pages, provider_pages, request_pages, usage_pages
+from inferplex.console import (
+    account_pages,
+    auth_pages,
+    cache_page,
+    key_pages,
+    provider_pages,
+    request_pages,
+    usage_pages,
+)
 
 ROUTES: list[Route] = [
     *auth_pages.ROUTES,
@@ -13,4 +21,5 @@ ROUTES: list[Route] = [
     *usage_pages.ROUTES,
     *request_pages.ROUTES,
     *provider_pages.ROUTES,
+    *cache_page.ROUTES,
 ]

@@ -31,6 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 from prometheus_client.metrics_core import Metric
 
 from inferplex import __version__
+from inferplex.cache.base import BackendStats
 from inferplex.config import Config, ProviderConfig
 from inferplex.observe.faults import of_request
 from inferplex.observe.hub import Env, Sink
@@ -119,6 +120,9 @@ class MetricsSink(Sink):
         self._requests: dict[tuple[Any, ...], tuple[list[float], list[float]]] = {}
         self._attempts: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
         self._served: dict[tuple[Any, ...], _Served] = {}
+        self._cache: Any = None  # the response cache (CacheAdmin), read at each scrape for its size
+        self._cache_stats: BackendStats | None = None
+        self._cached: dict[tuple[str, str], list[float]] = {}
         s = self._series = Collector()
 
         # ---- GenAI semantic conventions ----
@@ -180,10 +184,16 @@ class MetricsSink(Sink):
             "inferplex_store_duration_seconds", "Round trips to the stores (SQL and Redis)", ("store",), STORE_BUCKETS
         )
         self.store_errors = Counter("inferplex_store_errors_total", "Store round trips that failed", ("store",))
+        self.cache_requests = Counter(
+            "inferplex_cache_requests_total",
+            "Requests the response cache applied to, by model and outcome (hit, semantic-hit, miss, bypass)",
+            ("model", "outcome"),
+        )
         for series in (
             self.genai_tokens, self.genai_seconds, self.genai_ttft, self.genai_tpot, self.requests,
             self.request_seconds, self.attempts, self.upstream_seconds, self.fallbacks, self.breaker_opens,
             self.breaker_closes, self.cost, self.tokens, self.queue_wait, self.store_seconds, self.store_errors,
+            self.cache_requests,
         ):  # fmt: skip
             s.add(series)
         # ---- read at each scrape ----
@@ -201,6 +211,12 @@ class MetricsSink(Sink):
             ("inferplex_deployment_queue_depth", "Requests waiting for a deployment's concurrency",
              ("deployment",), lambda: self._per_deployment(lambda h: h["queued"])),
             ("inferplex_build_info", "The gateway's version", ("version",), lambda: [((__version__,), 1.0)]),
+            ("inferplex_cache_entries", "Answers in the response cache's store (backend: memory, sqlite, redis)",
+             ("backend",), lambda: self._cache_size("entries")),
+            ("inferplex_cache_bytes", "Bytes of answers in the response cache's store",
+             ("backend",), lambda: self._cache_size("bytes")),
+            ("inferplex_cache_vectors", "Embeddings in the response cache's semantic index",
+             ("backend",), lambda: self._cache_size("vectors")),
         ]  # fmt: skip
         for name, doc, labels, read in gauges:
             s.add(Gauge(name, doc, labels, read))
@@ -212,6 +228,7 @@ class MetricsSink(Sink):
 
     async def start(self, env: Env) -> None:
         self._router = env.router
+        self._cache = getattr(env.pipeline, "cache", None)
         if env.accounts is not None:
             env.accounts.watch(self._store, self._queued)
             self._slots = env.accounts.guard.slots
@@ -241,6 +258,12 @@ class MetricsSink(Sink):
                 self._health = await snapshot(self._router)
             except Exception:
                 log.exception("reading deployment health for /metrics failed")
+        if self._cache is not None:
+            try:
+                self._cache_stats = await self._cache.stats()
+            except Exception as exc:  # its store unreachable: no size this scrape, rather than a stale one
+                self._cache_stats = None
+                log.warning("reading the response cache's size for /metrics failed: %s: %s", type(exc).__name__, exc)
         if self._shared is not None:
             view = CollectorRegistry(auto_describe=False)
             view.register(_Merged(self, await self._shared.gather()))
@@ -278,6 +301,10 @@ class MetricsSink(Sink):
         """This worker's attempts open and waiting per deployment, as snapshot rows."""
         load = local_load(self._router) if self._router is not None else {}
         return [[[k], v[0]] for k, v in load.items()], [[[k], v[1]] for k, v in load.items()]
+
+    def _cache_size(self, field: str) -> list[tuple[Labels, float]]:
+        found = self._cache_stats
+        return [((found.backend,), float(getattr(found, field)))] if found is not None else []
 
     def _per_deployment(self, value: Any) -> list[tuple[Labels, float]]:
         seen: dict[str, float] = {}
@@ -322,13 +349,32 @@ class MetricsSink(Sink):
         cells[0][0] += 1
         observe_row(LATENCY_BUCKETS, cells[1], seconds)
         model = ctx.model
+        cache = ctx.cache
+        if cache is not None:
+            self._cache_outcome(model.name if model is not None else "", cache.status)
         if ctx.operation is not None and model is not None:
             tries = ctx.attempt_log
             requested = tries[0].model if tries else model.name
-            if kind or ctx.target is None:
+            if cache is not None and cache.hit and not kind:
+                self._cache_hit(ctx, model.name, seconds, key)
+            elif kind or ctx.target is None:
                 self._model_failed(ctx, model.name, requested, seconds, kind, key)
             else:
                 self._model_served(ctx, requested, seconds, streaming, key)
+
+    def _cache_outcome(self, model: str, status: str) -> None:
+        cell = self._cached.get((model, status))
+        if cell is None:
+            cell = self._cached[(model, status)] = self.cache_requests.cell((model, status))
+        cell[0] += 1
+
+    def _cache_hit(self, ctx: Context, model: str, seconds: float, key: Labels) -> None:
+        """A request the response cache answered: no deployment served it (no response model, no tokens
+        sent upstream); what it was charged counts under provider `cache`."""
+        operation = _OPERATIONS.get(ctx.operation or "", ctx.operation or "")
+        self.genai_seconds.observe((operation, "", model, "", ""), seconds)
+        if ctx.cost_micros:
+            self.cost.inc((model, "cache", *key), ctx.cost_micros)
 
     def _served_cells(self, ctx: Context, requested: str, key: Labels) -> _Served:
         target = ctx.target

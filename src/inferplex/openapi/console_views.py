@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from inferplex.console.request_pages import RANGES
+from inferplex.console.cache_page import WINDOWS as CACHE_WINDOWS
+from inferplex.console.request_pages import CACHE_CHOICES, RANGES
 from inferplex.console.usage_pages import GRAINS, GROUPS
 from inferplex.openapi.console import page
 from inferplex.openapi.spec import Operation, Param
@@ -48,6 +49,7 @@ _REQUESTS = (
     _text("tag", "only requests with this tag"),
     Param("status", description=f"{', '.join(STATUS_CLASSES)}, or an HTTP status code"),
     Param("error_type", description="a fault (caller, policy, provider, gateway) or a closed error type"),
+    Param("cache", _enum(CACHE_CHOICES), description="the response cache's outcome, hits (either kind) or none"),
     Param("min_cost", _USD),
     Param("max_cost", _USD),
     Param("min_ms", {"type": "number", "minimum": 0}, description="total latency at least this"),
@@ -74,4 +76,29 @@ OPERATIONS: list[Operation] = [
         params=(_text("deployment", "recent errors of this deployment only"),),
     ),
     page("get", "/ui/models", "Models, their deployments and prices"),
+    page(
+        "get",
+        "/ui/cache",
+        "The response cache: its size, its hit rate by model over a window, and the purge form",
+        params=(
+            Param("window", _enum(tuple(CACHE_WINDOWS)), description="the hit rate's window (default 24h)"),
+            Param("purged", {"type": "integer", "minimum": 0}, description="entries the last purge removed (shown)"),
+        ),
+    ),
+    page(
+        "post",
+        "/ui/cache/purge",
+        "Purge cached answers matching every field filled in (or all): then the cache page, saying how many",
+        form={
+            "model": {"type": "string"},
+            "namespace": {"type": "string"},
+            "key_id": {"type": "string"},
+            "entry": {"type": "string"},
+            "scope": {"type": "string", "description": "account:<id>, key:<id>, shared or open"},
+            "all": {"type": "string", "enum": ["on"], "description": "every entry (alone)"},
+            "window": _enum(tuple(CACHE_WINDOWS)),
+        },
+        ok=False,
+        errors=(400, 403, 409, 413, 500, 503),
+    ),
 ]

@@ -32,6 +32,7 @@ STATUS_TEXT = {
     402: "A monthly spending cap (the account's or the key's) would be passed",
     403: "The key may not do this (scope, model, IP) or its credit does not cover the worst case",
     404: "Unknown model, endpoint or object",
+    409: "Cannot be done in the gateway's current state (a part it needs is turned off)",
     413: "The body is larger than `max_body_bytes`",
     414: "The request line is longer than the server's limit (docs/limits.md)",
     415: "The body is not JSON",

@@ -23,6 +23,8 @@ from inferplex.store import tables as t
 from inferplex.store.backend import Database
 
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "error")
+# the response cache's outcomes a usage row records (migration 0020), and `none`: rows it did not apply to
+CACHE_OUTCOMES = ("hit", "semantic-hit", "miss", "bypass", "none")
 MAX_LIMIT = 1000
 ERRORS_SCANNED = 5000  # rows with a failed attempt `recent_errors` reads at most, looking for one deployment's
 _HIDDEN = ("request_body", "response_body", "attempts")
@@ -72,6 +74,7 @@ class RequestFilter:
     min_latency_ms: float | None = None
     max_latency_ms: float | None = None
     tag: str | None = None
+    cache: str | None = None  # one of `CACHE_OUTCOMES`, or `hits` (hit or semantic-hit)
 
     def apply(self, query: Select[Any]) -> Select[Any]:
         """`query` narrowed to the rows this filter selects; ValueError names a bad value."""
@@ -101,7 +104,20 @@ class RequestFilter:
             query = query.where(_error_type(self.error_type))
         if self.tag is not None:
             query = query.where(_HasTag(_u.tags, self.tag))
+        if self.cache is not None:
+            query = query.where(cache_outcome(self.cache))
         return query
+
+
+def cache_outcome(outcome: str) -> ColumnElement[bool]:
+    """The rows whose cache outcome is `outcome` (`CACHE_OUTCOMES`, or `hits`: either kind of hit)."""
+    if outcome == "none":
+        return _u.cache.is_(None)
+    if outcome == "hits":
+        return _u.cache.in_(("hit", "semantic-hit"))
+    if outcome in CACHE_OUTCOMES:
+        return _u.cache == outcome
+    raise ValueError(f"`cache` must be one of {', '.join(CACHE_OUTCOMES)} or hits, not {outcome!r}.")
 
 
 def _no_nul(name: str, value: str | None) -> None:

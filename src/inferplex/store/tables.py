@@ -119,6 +119,9 @@ usage = Table(
     Column("error_type", String(40)),
     Column("attempts", JSON),  # [{deployment, model, outcome, status, error, latency_ms}, ...]
     Column("attempt_errors", Integer, nullable=False, server_default="0"),  # attempts that did not succeed
+    # migration 0020: what the response cache did (cache/base.py `Status`): hit, semantic-hit, miss, bypass;
+    # NULL where caching did not apply
+    Column("cache", String(16)),
     Index("ix_usage_key_time", "key_id", "created_at"),
     Index("ix_usage_model_time", "model", "created_at"),
     Index("ix_usage_account_time", "account_id", "created_at"),

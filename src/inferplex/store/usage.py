@@ -20,15 +20,17 @@ from sqlalchemy.engine import Connection
 
 from inferplex.store import tables as t
 from inferplex.store.backend import Database, unreachable
+from inferplex.store.request_log import cache_outcome
 
 log = logging.getLogger("inferplex.usage")
 
-GROUPS = ("day", "model", "key", "account", "tag")
+GROUPS = ("day", "model", "key", "account", "tag", "cache")
 COLUMNS = tuple(c.name for c in t.usage.columns if c.name != "id")
 _JSON = frozenset(c.name for c in t.usage.columns if isinstance(c.type, JSON))
-# What a row written without the columns of migration 0016 holds in them (a spooled row kept by an older
-# version, the Unify dialect's logged queries): unknown, and no attempt failed.
-_LATER = {"route": None, "operation": None, "error_type": None, "attempts": None, "attempt_errors": 0}
+# What a row written without the columns of migrations 0016 and 0020 holds in them (a spooled row kept by an
+# older version, the Unify dialect's logged queries, a batch line's row): unknown, no attempt failed, and no
+# cache outcome.
+_LATER = {"route": None, "operation": None, "error_type": None, "attempts": None, "attempt_errors": 0, "cache": None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,9 +40,12 @@ class UsageFilter:
     model: str | None = None
     since: float | None = None
     until: float | None = None
+    cache: str | None = None  # a cache outcome (request_log.CACHE_OUTCOMES) or `hits`
 
     def apply(self, query: Select[Any]) -> Select[Any]:
         u = t.usage.c
+        if self.cache is not None:
+            query = query.where(cache_outcome(self.cache))
         if self.key_id is not None:
             query = query.where(u.key_id == self.key_id)
         if self.account_id is not None:
@@ -166,7 +171,7 @@ class UsageStore:
         return [_plain(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
 
     async def totals(self, by: str, where: UsageFilter) -> list[dict[str, Any]]:
-        """Requests, tokens and cost grouped by day (UTC), model, key, account, or tag."""
+        """Requests, tokens and cost grouped by day (UTC), model, key, account, tag, or cache outcome."""
         if by not in GROUPS:
             raise ValueError(f"cannot group usage by {by!r} (choose from {', '.join(GROUPS)})")
         u = t.usage.c
@@ -183,7 +188,7 @@ class UsageStore:
         if by == "day":
             group = func.floor(u.created_at / 86400)
         else:
-            group = {"model": u.model, "key": u.key_id, "account": u.account_id}[by]
+            group = {"model": u.model, "key": u.key_id, "account": u.account_id, "cache": u.cache}[by]
         query = where.apply(select(group.label("group"), *measures)).group_by(group).order_by(group)
         rows = [_plain(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
         for r in rows:
@@ -249,3 +254,17 @@ class UsageStore:
         timing = (u.total_ms, u.upstream_ms, u.ttft_ms, u.end_user)
         query = where.apply(select(*columns, *timing)).order_by(u.created_at.desc(), u.id.desc()).limit(limit)
         return [_plain(r) for r in await self.db.read(lambda conn: conn.execute(query).all())]
+
+    async def cache_outcomes(self, since: float) -> list[tuple[str | None, str, int]]:
+        """(model, cache outcome, requests) over the rows logged since `since` that the response cache applied
+        to, whichever replica logged them: what `/admin/cache` computes the fleet's hit rate from. A range
+        scan of `ix_usage_time`."""
+        u = t.usage.c
+        query = (
+            select(u.model, u.cache, func.count().label("n"))
+            .where(u.created_at >= since, u.cache.is_not(None))
+            .group_by(u.model, u.cache)
+            .order_by(u.model, u.cache)
+        )
+        rows = await self.db.read(lambda conn: conn.execute(query).all())
+        return [(r.model, str(r.cache), int(r.n)) for r in rows]
