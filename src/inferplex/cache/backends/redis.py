@@ -1,0 +1,293 @@
+"""The response cache in Redis: what replicas share, so an answer stored by one is a hit on every other.
+
+The URL may name one server, a Sentinel-managed master or a Cluster (redis_connect.py). Every key lives
+under the configured prefix (`cache.redis_prefix`), which on a cluster becomes one hash tag, so the scripts
+below, which touch an entry and its bookkeeping together, run on one slot: the cache lives on one master
+(and its replica), like each of the gateway's other Redis stores. The scripts derive some key names from
+the bookkeeping they read (an entry's index sets, its partition's list), which Redis allows for keys of
+the slot the call was routed to; the hash tag guarantees that.
+
+Keys, after the prefix:
+- `e:<id>`: an entry, a hash (`v` the value, `c` created, `x` expires, `m` model, `s` scope, `n` namespace,
+  `k` key id, `p` partition), with a PX expiry, so Redis itself forgets an expired answer.
+- `all` (sorted set, id scored by its expiry), `meta` (hash, id -> its size, partition and index sets as
+  JSON), `bytes` (the live entries' total size): the bookkeeping that `stats` reads and purges walk.
+- `i:m:<model>`, `i:s:<scope>`, `i:n:<namespace>`, `i:k:<key id>`: sets of ids, what a purge selects by
+  (several fields: their intersection).
+  All of these are cleaned lazily: every `put` first forgets up to `SWEEP` ids whose expiry passed (their
+  `all`, `meta`, `bytes` and index-set share), and `stats` forgets them all.
+- `v:<partition>` (list) and `vm:<partition>` (hash: `base`, `dead`): a semantic partition's vectors, each
+  element `<entry id>\\n<expiry as a little-endian double><float32 vector>`, pushed by `add_vector`, the
+  oldest trimmed past `max_vectors_per_partition`, both keys' expiry pushed to the newest vector's.
+  A cursor is `base` + an index: the trim moves `base` up by what it drops, so a cursor stays valid across
+  trims; a list that expired and is filed again starts at `base` = Redis's clock in microseconds, above
+  every cursor the old list gave out, so a replica reads a new list from its start. A purged entry's
+  vectors are overwritten with an empty element (a tombstone, `dead` counts them) rather than removed,
+  which would shift the cursors after it. `vparts` (sorted set) lists the partitions, for `stats`.
+
+Every method raises on an outage (a refused connection, a timeout after `timeout_s`): the service turns
+that into a miss and a log line. A purge or `stats` is one script over the matching ids: on a large cache
+it holds Redis for a few milliseconds per thousand entries, an operator's action, never a request's.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from typing import Any
+
+import orjson
+
+from inferplex.cache.base import BackendStats, Entry, Purge
+from inferplex.redis_connect import Client, aclose, connect, keyspace
+
+SWEEP = 32  # expired ids forgotten per put: more than a put adds, so the bookkeeping never grows past the live
+DEFAULT_MAX_VECTORS = 10_000
+
+_FIELDS = ("v", "c", "x", "m", "s", "n", "k", "p")
+_EXPIRY = struct.Struct("<d")
+
+_FORGET = """
+local P = ARGV[1]
+local function forget(id)
+  redis.call('ZREM', P .. 'all', id)
+  local raw = redis.call('HGET', P .. 'meta', id)
+  if not raw then return nil end
+  redis.call('HDEL', P .. 'meta', id)
+  local m = cjson.decode(raw)
+  redis.call('DECRBY', P .. 'bytes', m.size)
+  for _, s in ipairs(m.sets) do redis.call('SREM', P .. s, id) end
+  return m
+end
+local function sweep(now, limit)
+  local ids = redis.call('ZRANGEBYSCORE', P .. 'all', '-inf', now, 'LIMIT', 0, limit)
+  for _, id in ipairs(ids) do
+    forget(id)
+    redis.call('DEL', P .. 'e:' .. id)
+  end
+  return #ids
+end
+"""
+
+# KEYS: e:<id>, all. ARGV: prefix, now, id, px, meta (JSON), then the hash's fields and values.
+_PUT = (
+    _FORGET
+    + """
+local id = ARGV[3]
+forget(id)
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local m = cjson.decode(ARGV[5])
+redis.call('ZADD', KEYS[2], m.expires, id)
+redis.call('HSET', P .. 'meta', id, ARGV[5])
+redis.call('INCRBY', P .. 'bytes', m.size)
+for _, s in ipairs(m.sets) do redis.call('SADD', P .. s, id) end
+sweep(ARGV[2], """
+    + str(SWEEP)
+    + """)
+return 1
+"""
+)
+
+# KEYS: v:<partition>, vm:<partition>, vparts. ARGV: element, px, max, expiry (seconds), partition.
+_ADD_VECTOR = """
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local t = redis.call('TIME')
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], 'base', string.format('%d', tonumber(t[1]) * 1000000 + tonumber(t[2])), 'dead', 0)
+end
+local n = redis.call('RPUSH', KEYS[1], ARGV[1])
+local max = tonumber(ARGV[3])
+if n > max then
+  local gone = redis.call('LRANGE', KEYS[1], 0, n - max - 1)
+  local dead = 0
+  for _, el in ipairs(gone) do if el == '' then dead = dead + 1 end end
+  redis.call('LTRIM', KEYS[1], n - max, -1)
+  redis.call('HINCRBY', KEYS[2], 'base', n - max)
+  if dead > 0 then redis.call('HINCRBY', KEYS[2], 'dead', -dead) end
+end
+local px = tonumber(ARGV[2])
+if redis.call('PTTL', KEYS[1]) < px then
+  redis.call('PEXPIRE', KEYS[1], px)
+  redis.call('PEXPIRE', KEYS[2], px)
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+end
+return n
+"""
+
+# KEYS: v:<partition>, vm:<partition>. ARGV: after. Returns {base (text, or false), length, elements}.
+_VECTORS = """
+local base = redis.call('HGET', KEYS[2], 'base')
+if not base then return {false, 0, {}} end
+local len = redis.call('LLEN', KEYS[1])
+local start = tonumber(ARGV[1]) - tonumber(base)
+if start < 0 then start = 0 end
+if start >= len then return {base, len, {}} end
+return {base, len, redis.call('LRANGE', KEYS[1], start, -1)}
+"""
+
+# KEYS: all, then the index sets to intersect. ARGV: prefix, now, entry id ('' for none).
+_PURGE = (
+    _FORGET
+    + """
+local entry = ARGV[3]
+local ids
+if entry ~= '' then
+  ids = {}
+  if redis.call('ZSCORE', KEYS[1], entry) then
+    ids = {entry}
+    for i = 2, #KEYS do
+      if redis.call('SISMEMBER', KEYS[i], entry) == 0 then ids = {} break end
+    end
+  end
+elseif #KEYS > 1 then
+  ids = redis.call('SINTER', unpack(KEYS, 2))
+else
+  ids = redis.call('ZRANGE', KEYS[1], 0, -1)
+end
+local count, parts = 0, {}
+for _, id in ipairs(ids) do
+  if redis.call('DEL', P .. 'e:' .. id) == 1 then count = count + 1 end
+  local m = forget(id)
+  if m and m.partition ~= '' then
+    parts[m.partition] = parts[m.partition] or {}
+    parts[m.partition][id .. '\\n'] = true
+  end
+end
+for part, gone in pairs(parts) do
+  local list = P .. 'v:' .. part
+  local els = redis.call('LRANGE', list, 0, -1)
+  local dead = 0
+  for i, el in ipairs(els) do
+    local nl = string.find(el, '\\n', 1, true)
+    if nl and gone[string.sub(el, 1, nl)] then
+      redis.call('LSET', list, i - 1, '')
+      dead = dead + 1
+    end
+  end
+  if dead > 0 then redis.call('HINCRBY', P .. 'vm:' .. part, 'dead', dead) end
+end
+return count
+"""
+)
+
+# KEYS: all, vparts. ARGV: prefix, now. Returns {entries, bytes, vectors}.
+_STATS = (
+    _FORGET
+    + """
+while sweep(ARGV[2], 1000) == 1000 do end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[2])
+local vectors = 0
+for _, part in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  local dead = tonumber(redis.call('HGET', P .. 'vm:' .. part, 'dead') or '0')
+  vectors = vectors + redis.call('LLEN', P .. 'v:' .. part) - dead
+end
+return {redis.call('ZCARD', KEYS[1]), tonumber(redis.call('GET', P .. 'bytes') or '0'), vectors}
+"""
+)
+
+
+class RedisBackend:
+    name = "redis"
+
+    def __init__(self, client: Client, prefix: str, max_vectors_per_partition: int) -> None:
+        self.redis: Any = client
+        self.prefix = keyspace(prefix, client)  # one hash tag on a cluster: every script's keys on one slot
+        self._max_vectors = max_vectors_per_partition
+        self._put = self.redis.register_script(_PUT)
+        self._add_vector = self.redis.register_script(_ADD_VECTOR)
+        self._vectors = self.redis.register_script(_VECTORS)
+        self._purge = self.redis.register_script(_PURGE)
+        self._stats = self.redis.register_script(_STATS)
+
+    @classmethod
+    async def open(
+        cls, url: str, prefix: str, timeout_s: float, *, max_vectors_per_partition: int = DEFAULT_MAX_VECTORS
+    ) -> RedisBackend:
+        """A client for `url`; nothing is asked of Redis yet, so a gateway starts while Redis is down (its
+        lookups are misses until it answers). Each call waits at most `timeout_s` for a socket."""
+        return cls(connect(url, timeout_s=timeout_s), prefix, max_vectors_per_partition)
+
+    async def get(self, entry_id: str) -> Entry | None:
+        value, created, expires, model, scope, namespace, key_id, partition = await self.redis.hmget(
+            self.prefix + "e:" + entry_id, _FIELDS
+        )
+        if value is None or float(expires) <= time.time():
+            return None
+        return Entry(
+            entry_id, value, float(created), float(expires), model.decode(), scope.decode(), _text(namespace),
+            _text(key_id), _text(partition),
+        )  # fmt: skip
+
+    async def put(self, entry: Entry) -> None:
+        now = time.time()
+        px = max(1, round((entry.expires_at - now) * 1000))
+        sets = [f"i:m:{entry.model}", f"i:s:{entry.scope}"]
+        if entry.namespace is not None:
+            sets.append(f"i:n:{entry.namespace}")
+        if entry.key_id is not None:
+            sets.append(f"i:k:{entry.key_id}")
+        meta = {"size": len(entry.value), "expires": entry.expires_at, "partition": entry.partition or "", "sets": sets}
+        fields: list[Any] = ["v", entry.value, "c", repr(entry.created_at), "x", repr(entry.expires_at)]
+        fields += ["m", entry.model, "s", entry.scope]
+        for name, text in (("n", entry.namespace), ("k", entry.key_id), ("p", entry.partition)):
+            if text is not None:
+                fields += [name, text]
+        await self._put(
+            keys=[self.prefix + "e:" + entry.id, self.prefix + "all"],
+            args=[self.prefix, repr(now), entry.id, px, orjson.dumps(meta), *fields],
+        )
+
+    async def add_vector(self, partition: str, entry_id: str, vector: bytes, expires_at: float) -> None:
+        if "\n" in entry_id:
+            raise ValueError("an entry id holds no newline (it separates the id from the vector)")
+        px = max(1, round((expires_at - time.time()) * 1000))
+        element = entry_id.encode() + b"\n" + _EXPIRY.pack(expires_at) + vector
+        await self._add_vector(
+            keys=[self.prefix + "v:" + partition, self.prefix + "vm:" + partition, self.prefix + "vparts"],
+            args=[element, px, self._max_vectors, repr(expires_at), partition],
+        )
+
+    async def vectors(self, partition: str, after: int) -> tuple[list[tuple[str, bytes]], int]:
+        base, length, elements = await self._vectors(
+            keys=[self.prefix + "v:" + partition, self.prefix + "vm:" + partition], args=[after]
+        )
+        if base is None:  # no such partition (never filed, or expired): the cursor stays
+            return [], after
+        now = time.time()
+        out: list[tuple[str, bytes]] = []
+        for element in elements:
+            if not element:  # a purged entry's tombstone
+                continue
+            split = element.index(b"\n")
+            (expires_at,) = _EXPIRY.unpack_from(element, split + 1)
+            if expires_at > now:
+                out.append((element[:split].decode(), element[split + 1 + _EXPIRY.size :]))
+        return out, int(base) + int(length)
+
+    async def purge(self, selector: Purge) -> int:
+        sets = [
+            f"i:{kind}:{value}"
+            for kind, value in (("m", selector.model), ("n", selector.namespace), ("k", selector.key_id),
+                                ("s", selector.scope))
+            if value is not None
+        ]  # fmt: skip
+        count = await self._purge(
+            keys=[self.prefix + "all", *(self.prefix + s for s in sets)],
+            args=[self.prefix, repr(time.time()), selector.entry or ""],
+        )
+        return int(count)
+
+    async def stats(self) -> BackendStats:
+        entries, size, vectors = await self._stats(
+            keys=[self.prefix + "all", self.prefix + "vparts"], args=[self.prefix, repr(time.time())]
+        )
+        return BackendStats(self.name, int(entries), int(size), int(vectors))
+
+    async def aclose(self) -> None:
+        await aclose(self.redis)
+
+
+def _text(raw: bytes | None) -> str | None:
+    return None if raw is None else raw.decode()
