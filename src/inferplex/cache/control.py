@@ -51,9 +51,10 @@ NONE = Control()
 
 
 def _number(raw: Any, param: str, *, positive: bool, integer: bool = False) -> float:
-    """A finite number (> 0 with `positive`, else >= 0); strings from headers are parsed."""
+    """A finite number (> 0 with `positive`, else >= 0). A header's text is parsed (`param` names a header);
+    in the body a number must be a JSON number."""
     value: Any = raw
-    if isinstance(raw, str):
+    if isinstance(raw, str) and not param.startswith("cache."):
         try:
             value = int(raw) if integer else float(raw)
         except ValueError:
