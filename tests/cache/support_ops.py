@@ -91,8 +91,8 @@ class Operator:
         rows: list[dict[str, Any]] = r.json()["data"]
         return rows
 
-    def key(self, name: str, **body: Any) -> tuple[str, str]:
-        """A new key (no account unless given): its id and secret."""
-        r = self.http.post("/admin/keys", json={"name": name, **body})
+    def key(self, name: str, **body: Any) -> tuple[str, str, str]:
+        """A new key with an account of its own, funded with $10: its id, its secret, its account's id."""
+        r = self.http.post("/admin/keys", json={"name": name, "credits_micros": 10_000_000, **body})
         assert r.status_code == 201, r.text
-        return r.json()["id"], r.json()["key"]
+        return r.json()["id"], r.json()["key"], r.json()["account_id"]

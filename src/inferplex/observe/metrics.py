@@ -19,6 +19,8 @@ are merged (metrics_workers.py).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -37,7 +39,7 @@ from inferplex.observe.faults import of_request
 from inferplex.observe.hub import Env, Sink
 from inferplex.observe.metrics_listener import listen
 from inferplex.observe.metrics_series import Collector, Counter, Gauge, Histogram, Labels, observe_row
-from inferplex.observe.metrics_workers import Part, Shared, Snapshot, directory, sum_rows
+from inferplex.observe.metrics_workers import WRITE_EVERY_S, Part, Shared, Snapshot, directory, sum_rows
 from inferplex.observe.settings import MetricsConfig
 from inferplex.providers.profiles import profile_for
 from inferplex.routing.health import DeploymentHealth, local_load, snapshot
@@ -74,6 +76,9 @@ _SUMMED = (
     "inferplex_active_requests", "inferplex_active_streams", "inferplex_queue_depth",
     "inferplex_deployment_in_flight", "inferplex_deployment_queue_depth",
 )  # fmt: skip
+# The response cache's size: the store every worker shares (SQLite, Redis) is reported once, as the scraped
+# worker reads it; in-process memory is each worker's own, so those are summed over the live workers.
+_CACHE_SIZES = ("inferplex_cache_entries", "inferplex_cache_bytes", "inferplex_cache_vectors")
 _GENAI = ("gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model", "gen_ai_response_model")
 
 
@@ -122,6 +127,8 @@ class MetricsSink(Sink):
         self._served: dict[tuple[Any, ...], _Served] = {}
         self._cache: Any = None  # the response cache (CacheAdmin), read at each scrape for its size
         self._cache_stats: BackendStats | None = None
+        self._cache_local = False  # the cache is this process's memory (workers: each has its own)
+        self._cache_task: asyncio.Task[None] | None = None
         self._cached: dict[tuple[str, str], list[float]] = {}
         s = self._series = Collector()
 
@@ -239,11 +246,18 @@ class MetricsSink(Sink):
         if where is not None:
             self._shared = Shared(where, self._snapshot)
             self._shared.start()
+            if self._cache is not None:
+                self._cache_task = asyncio.get_running_loop().create_task(self._watch_cache())
         if self.config.listen:
             reuse = self._shared is not None
             self._listener = await listen(self.scrape, CONTENT_TYPE, self.config.listen, reuse)
 
     async def aclose(self) -> None:
+        if self._cache_task is not None:
+            self._cache_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cache_task
+            self._cache_task = None
         if self._listener is not None:
             await self._listener.cleanup()
             self._listener = None
@@ -252,23 +266,38 @@ class MetricsSink(Sink):
             self._shared = None
 
     async def scrape(self) -> bytes:
-        """The exposition text, with the per-deployment state read now."""
+        """The exposition text, with the per-deployment state and the cache's size read now."""
         if self._router is not None:
             try:
                 self._health = await snapshot(self._router)
             except Exception:
                 log.exception("reading deployment health for /metrics failed")
-        if self._cache is not None:
-            try:
-                self._cache_stats = await self._cache.stats()
-            except Exception as exc:  # its store unreachable: no size this scrape, rather than a stale one
-                self._cache_stats = None
-                log.warning("reading the response cache's size for /metrics failed: %s: %s", type(exc).__name__, exc)
+        await self._read_cache()
         if self._shared is not None:
             view = CollectorRegistry(auto_describe=False)
             view.register(_Merged(self, await self._shared.gather()))
             return generate_latest(view)
         return generate_latest(self.registry)
+
+    async def _read_cache(self) -> None:
+        if self._cache is None:
+            return
+        try:
+            self._cache_stats = await self._cache.stats()
+        except Exception as exc:  # its store unreachable: no size this scrape, rather than a stale one
+            self._cache_stats = None
+            log.warning("reading the response cache's size for /metrics failed: %s: %s", type(exc).__name__, exc)
+            return
+        self._cache_local = self._cache_stats.backend == "memory"
+
+    async def _watch_cache(self) -> None:
+        """Under workers, an in-process cache's size read each second, so a sibling's scrape sums fresh
+        numbers from this worker's snapshot; a shared store is read by the scraped worker alone."""
+        while True:
+            await self._read_cache()
+            if self._cache_stats is not None and not self._cache_local:
+                return
+            await asyncio.sleep(WRITE_EVERY_S)
 
     # ---- several workers (metrics_workers.py) -----------------------------------------------------------
 
@@ -289,6 +318,10 @@ class MetricsSink(Sink):
             "inferplex_deployment_in_flight": in_flight,
             "inferplex_deployment_queue_depth": queued,
         }
+        found = self._cache_stats
+        if found is not None and self._cache_local:
+            gauges.update({name: [[[found.backend], float(getattr(found, name.rpartition("_")[2]))]]
+                           for name in _CACHE_SIZES})  # fmt: skip
         process = [
             [f.name, f.type, f.documentation, [[x.name, x.labels, x.value] for x in f.samples]]
             for collector in self._process
@@ -478,7 +511,7 @@ class _Merged:
                 histogram = Histogram(series.name, series.doc, series.labels, series.bounds)
                 histogram.values = self._sum("histograms", series.name, len(series.labels), len(series.bounds) + 2)
                 yield histogram.family()
-            elif series.name in _SUMMED:
+            elif series.name in _SUMMED or (series.name in _CACHE_SIZES and self.metrics._cache_local):
                 cells = self._sum("gauges", series.name, len(series.labels), 1, live=True)
                 values = [(k, v[0]) for k, v in cells.items()]
                 yield Gauge(series.name, series.doc, series.labels, values.copy).family()
