@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from inferplex.accounts.wiring import AccountServices
 from inferplex.admin import routes as admin_routes
 from inferplex.batches import wiring as batches_wiring
+from inferplex.cache import wiring as cache_wiring
 from inferplex.catalog import Catalog
 from inferplex.config import Config
 from inferplex.console import routes as console_routes
@@ -157,6 +158,7 @@ def create_app(config: Config, master_key: str) -> Gateway:
         custom = app.state.custom_endpoints = CustomEndpoints(accounts.db, config.custom_endpoints)
         if PROVIDER not in adapters:  # `name@custom` is the accounts' own, unless the operator took the name
             adapters[PROVIDER] = pipeline.custom = custom
+        cache = app.state.cache = pipeline.cache = await cache_wiring.start(config, pipeline)  # issue 26
         media = await MediaStore.start(config, accounts.db)  # files, signed URLs, retention sweep (issue 22)
         jobs = VideoJobs(pipeline, JobRows(accounts.db), accounts.guard, media, config.jobs)
         poller = Poller(jobs)  # every replica polls the durable video jobs (jobs/poller.py)
@@ -186,6 +188,8 @@ def create_app(config: Config, master_key: str) -> Gateway:
                 await adapter.aclose()
             await session.close()
             await media.aclose()
+            if cache is not None:
+                await cache.aclose()
             await accounts.aclose()
 
     health = [Route("/health", _health, methods=["GET"]), Route("/health/ready", ready, methods=["GET"])]

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from inferplex.accounts.limits import LimitRule
+from inferplex.cache.settings import CacheConfig, ModelCache
 from inferplex.observe.settings import AlertsConfig, ConsoleConfig, ObservabilityConfig
 from inferplex.prompting.templates import TemplateProblem, check_template
 from inferplex.provider_kinds import known_kinds
@@ -219,6 +220,8 @@ class ModelConfig(_Strict):
     template_render_mode: Literal["off", "vars", "logic"] = "off"
     # Inferada's rate-limit rules at the model level: counted across every caller of the model (docs/accounts.md).
     limit_rules: list[LimitRule] = Field(default_factory=list)
+    # the response cache's settings for this model (docs/caching.md); unset: the `cache` section's
+    cache: ModelCache = Field(default_factory=ModelCache)
 
     @model_validator(mode="after")
     def _prompt_template(self) -> ModelConfig:
@@ -457,6 +460,7 @@ class Config(_Strict):
     batches: BatchesConfig = Field(default_factory=BatchesConfig)
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)  # issue 24
     console: ConsoleConfig = Field(default_factory=ConsoleConfig)
+    cache: CacheConfig = Field(default_factory=CacheConfig)  # issue 26: the response cache
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
 
     @model_validator(mode="after")

@@ -17,6 +17,7 @@ from typing import Protocol
 from urllib.parse import quote
 
 from inferplex.auth import MASTER, Principal
+from inferplex.cache.outcome import CacheOutcome
 from inferplex.config import ModelConfig
 from inferplex.errors import GatewayError
 from inferplex.providers.base import CallInfo
@@ -147,6 +148,12 @@ class Context:
     request: object = None
     # A tracing sink's per-request state (its span), opaque to everything else.
     trace: object = None
+    # ---- the response cache (cache/, issue 26) ----
+    # The caller's HTTP request headers (Starlette's `Headers`), kept by the edge without reading them: the
+    # cache reads `Cache-Control` and `x-inferplex-cache` only for a model it caches. None outside a request.
+    headers_in: Mapping[str, str] | None = None
+    # What the cache decided (hit, semantic-hit, miss, bypass); None when caching does not apply.
+    cache: CacheOutcome | None = None
 
     def stage(self, name: str, start: float) -> None:
         """Record that stage `name` ran from `start` (time.perf_counter()) until now, if anyone listens."""
@@ -167,6 +174,12 @@ class Context:
             out["x-inferplex-queued-ms"] = f"{self.timings.queued_ms:.2f}"
         if self.cost_micros is not None:
             out["x-inferplex-cost-micros"] = str(self.cost_micros)
+        if self.cache is not None:
+            out["x-inferplex-cache"] = self.cache.status
+            if self.cache.similarity is not None:
+                out["x-inferplex-cache-similarity"] = f"{self.cache.similarity:.4f}"
+            if self.cache.entry is not None:
+                out["x-inferplex-cache-entry"] = self.cache.entry
         out.update(self.extra_headers)
         return out
 

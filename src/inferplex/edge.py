@@ -141,6 +141,7 @@ def endpoint(render_error: ErrorRenderer, handler: Handler, scope: str | None, d
 
     async def run(request: Request) -> Response:
         ctx = Context(dialect=dialect)
+        ctx.headers_in = request.headers  # read only by the cache, for a model it caches
         hub: Hub = getattr(request.app.state, "hub", NULL_HUB)
         ctx.hub = hub
         ctx.route_template = TEMPLATES.get(run, "other")  # the usage row keeps it, whoever listens

@@ -50,6 +50,8 @@ GATEWAY_KEYS = frozenset(
         # request processors (docs/processors.md), ours and Inferada's spelling
         "processors",
         "inferada",
+        # the response cache's per-request control, as LiteLLM's clients send it (docs/caching.md)
+        "cache",
     }
 )
 
@@ -80,6 +82,9 @@ class GatewayOptions:
     # Set by a dialect, never by the caller: with every breaker open, answer 503 at once rather than probe
     # (InferExchange: "a model with no serving capacity answers 503"); None: the model's own setting.
     refuse_when_all_open: bool | None = None
+    # The body's `cache` object (LiteLLM's spelling: no-cache, no-store, ttl, s-maxage, namespace, use-cache),
+    # checked to be an object here and read by the cache (cache/control.py) only for a model it caches.
+    cache: Mapping[str, Any] | None = None
 
     @property
     def provider_name(self) -> str | None:
@@ -256,7 +261,18 @@ def options(found: Mapping[str, Any], checked: Flags, routing: RoutingFields | N
         use_custom_keys=bool(checked.use_custom_keys),
         signature=checked.signature,
         use_default_prompt=use_default_prompt(found),
+        cache=cache_object(found),
     )
+
+
+def cache_object(found: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The body's `cache` control object, or a 400 when it is something else."""
+    value = found.get("cache")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequest("Invalid value for 'cache': expected an object.", param="cache")
+    return value
 
 
 def use_default_prompt(found: Mapping[str, Any]) -> bool:

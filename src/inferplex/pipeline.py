@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 
 from inferplex.accounts.delivered import counted_prompt_tokens
 from inferplex.accounts.pricing import estimate_output_tokens
+from inferplex.cache.base import ResponseCache
 from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
@@ -325,12 +326,16 @@ class Pipeline:
         self.router: Router = router or FirstTarget()
         self._processors = processors
         self.custom: CustomResolver | None = None  # set by the app when custom endpoints are configured
+        # The response cache (cache/), set by the app when the `cache` section is on. It stands where the
+        # router would be called: a hit is admitted, post-processed and settled like an upstream's answer.
+        self.cache: ResponseCache | None = None
 
     def with_guard(self, guard: Guard) -> Pipeline:
         """A pipeline sharing everything with this one but its guard: the batch worker's, whose guard holds each
         line's reservation until its result is recorded (batches/deferring.py)."""
         other = Pipeline(self.catalog, self.adapters, guard=guard, router=self.router, processors=self._processors)
         other.custom = self.custom
+        other.cache = self.cache
         return other
 
     def resolve(self, ctx: Context, model: str, provider: str | None, family: Family[Any, Any, Any]) -> Resolved:
@@ -362,7 +367,14 @@ class Pipeline:
             ctx.timings.mark_upstream_start()
             return await invoke(self.adapter(family, target), request, target, ctx.info)
 
-        response = await self.routed(ctx, resolved, admission, call)
+        cache = self.cache
+        cached = await cache.lookup(ctx, family, resolved.model, request, stream=False) if cache else None
+        if cached is not None and cached.answer is not None:
+            response = cast(M, cached.answer)
+        else:
+            response = await self.routed(ctx, resolved, admission, call)
+            if cache is not None and ctx.cache is not None:
+                await cache.keep(ctx, response)
         ctx.answer = response
         if isinstance(response, Mapping):
             ctx.usage = cast("Usage | None", response.get("usage"))
@@ -436,7 +448,14 @@ class Pipeline:
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return response
 
-        response = await self.routed(ctx, resolved, admission, call)
+        cache = self.cache
+        cached = await cache.lookup(ctx, CHAT, resolved.model, request, stream=False) if cache else None
+        if cached is not None and cached.answer is not None:
+            response = cast(ChatCompletion, cached.answer)
+        else:
+            response = await self.routed(ctx, resolved, admission, call)
+            if cache is not None and ctx.cache is not None:
+                await cache.keep(ctx, response)
         ctx.usage = response.get("usage")
         if run is None:
             ctx.response = response
@@ -477,7 +496,14 @@ class Pipeline:
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return first, chunks
 
-        first, rest = await self.routed(ctx, resolved, admission, call, stream=True)
+        cache = self.cache
+        cached = await cache.lookup(ctx, CHAT, resolved.model, request, stream=True) if cache else None
+        if cache is not None and cached is not None and cached.chunks:
+            first, rest = cache.replay(ctx, cached)
+        else:
+            first, rest = await self.routed(ctx, resolved, admission, call, stream=True)
+            if cache is not None and ctx.cache is not None:
+                rest = cache.record(ctx, first, rest)
         stream = ChatStream(first, rest, ctx, admission, request.body)
         if run is not None:
             stream.wrap(run.stream)

@@ -108,6 +108,8 @@ class Timings(TypedDict, total=False):
     tokens_per_second: float
     queued_ms: float
     processors_ms: float
+    cache: str  # the response cache's outcome (docs/caching.md)
+    cache_ms: float
 
 
 class Cost(TypedDict):

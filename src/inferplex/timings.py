@@ -17,6 +17,8 @@ class Timings:
     upstream_end: float = 0.0
     queued_ms: float = 0.0
     processors_ms: float = 0.0
+    cache: str | None = None  # the response cache's outcome (cache/): hit, semantic-hit, miss, bypass
+    cache_ms: float = 0.0  # the lookup (and, after a miss, the store) as the cache measured them
 
     @classmethod
     def begin(cls) -> Timings:
@@ -73,6 +75,9 @@ class Timings:
             out["queued_ms"] = _round2(self.queued_ms)
         if self.processors_ms > 0:
             out["processors_ms"] = _round2(self.processors_ms)
+        if self.cache is not None:
+            out["cache"] = self.cache
+            out["cache_ms"] = _round2(self.cache_ms)
         return out
 
 

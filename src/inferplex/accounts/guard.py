@@ -406,6 +406,7 @@ class AccountGuard:
             "error_type": kind or error_type(ctx.failure, status),
             "attempts": attempts,
             "attempt_errors": sum(1 for a in ctx.attempt_log if a.outcome in _FAILED),
+            "cache": ctx.cache.status if ctx.cache is not None else None,  # the response cache's outcome (H4)
         }
         if _option(request.options.log_query_body, self.config.log_query_body):
             row["request_body"] = request.body.model_dump(mode="json", exclude_none=True)
@@ -451,6 +452,8 @@ class _Admission:
 
     async def settle(self, ctx: Context, usage: Usage | None, *, failed: bool) -> None:
         tokens, cost = (Tokens(), 0) if failed else self._priced(ctx, usage)
+        if ctx.cache is not None:  # a hit costs what the operator set (free, a fraction, full): cache/settings.py
+            cost = ctx.cache.charge(cost)
         ctx.cost_micros = cost
         status, kind = 200, None
         if failed:
@@ -472,7 +475,8 @@ class _Admission:
         """Price the request as `settle` would, but book nothing: the reservation stays held and is handed back
         with the cost, for a caller that must first record the result durably and then settle it once
         (`AccountGuard.settle_deferred`, idempotent per request id): a batch line (batches/worker.py)."""
-        ctx.cost_micros = cost = self._priced(ctx, usage)[1]
+        cost = self._priced(ctx, usage)[1]
+        ctx.cost_micros = cost = ctx.cache.charge(cost) if ctx.cache is not None else cost
         return self.defer(ctx), cost
 
     def defer(self, ctx: Context) -> Deferred:

@@ -9,18 +9,17 @@ Redis backends are imported only when chosen.
 
 from __future__ import annotations
 
-import importlib
-import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from inferplex.cache.backends.memory import MemoryBackend
 from inferplex.cache.base import Backend
-from inferplex.cache.service import CacheService, semantic_module
+from inferplex.cache.service import CacheService
 from inferplex.config import Config
 from inferplex.pipeline import Pipeline
 
-log = logging.getLogger("inferplex")
+if TYPE_CHECKING:
+    from inferplex.cache.semantic import SemanticIndex
 
 
 def problems(config: Config) -> list[str]:
@@ -53,32 +52,18 @@ def backend_choice(config: Config) -> tuple[str, str | None]:
 async def open_backend(config: Config) -> Backend:
     name, where = backend_choice(config)
     cache = config.cache
-    if name == "redis":
-        assert where is not None
-        redis: Any = _backend_class("redis", "RedisBackend", config)
-        if redis is not None:
-            backend: Backend = await redis.open(where, cache.redis_prefix, config.storage.redis_timeout_s)
-            return backend
-    elif name == "sqlite":
-        assert where is not None
-        sqlite: Any = _backend_class("sqlite", "SqliteBackend", config)
-        if sqlite is not None:
-            backend = await sqlite.open(where)
-            return backend
-    return MemoryBackend(cache.max_bytes)
+    bound = cache.semantic.max_entries_per_partition
+    if name == "redis" and where is not None:
+        from inferplex.cache.backends.redis import RedisBackend
 
+        return await RedisBackend.open(
+            where, cache.redis_prefix, config.storage.redis_timeout_s, max_vectors_per_partition=bound
+        )
+    if name == "sqlite" and where is not None:
+        from inferplex.cache.backends.sqlite import SqliteBackend
 
-def _backend_class(module: str, cls: str, config: Config) -> Any:
-    """cache/backends/<module>.py's class; with `backend: auto`, None (memory) while that module is not
-    there yet, said once in the log."""
-    full = f"inferplex.cache.backends.{module}"
-    try:
-        return getattr(importlib.import_module(full), cls)
-    except ModuleNotFoundError as exc:
-        if exc.name != full or config.cache.backend != "auto":
-            raise
-        log.warning("response cache: the %s backend is not available; caching in memory", module)
-        return None
+        return await SqliteBackend.open(where, max_vectors_per_partition=bound)
+    return MemoryBackend(cache.max_bytes, max_vectors_per_partition=bound)
 
 
 async def start(config: Config, pipeline: Pipeline) -> CacheService | None:
@@ -91,12 +76,10 @@ async def start(config: Config, pipeline: Pipeline) -> CacheService | None:
     backend = await open_backend(config)
     settings = config.cache.semantic
 
-    async def open_semantic() -> Any:
-        module = semantic_module()
-        if module is None:
-            return None
-        embedder = await module.open_embedder(settings, pipeline)
-        return module.SemanticIndex(backend, embedder, settings)
+    async def open_semantic() -> SemanticIndex:
+        from inferplex.cache.semantic import SemanticIndex, open_embedder  # numpy and the encoder: when wanted
+
+        return SemanticIndex(backend, await open_embedder(settings, pipeline), settings)
 
     service = CacheService(config.cache, backend, open_semantic)
     if any(m.cache.semantic for m in config.models):  # load the embedding model now, not at the first request
