@@ -19,7 +19,6 @@ request faster, never fail it.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import math
 import time
@@ -37,6 +36,7 @@ from inferplex.cache.replay import Recording, decode, paced
 from inferplex.cache.settings import CacheBilling, CacheConfig
 
 if TYPE_CHECKING:
+    from inferplex.cache.semantic import SemanticIndex
     from inferplex.config import ModelConfig
     from inferplex.context import Context
     from inferplex.families.base import Family
@@ -114,14 +114,14 @@ class CacheService:
         self,
         config: CacheConfig,
         backend: Backend,
-        semantic: Callable[[], Awaitable[Any]] | None = None,
+        semantic: Callable[[], Awaitable[SemanticIndex | None]] | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
         self.outages = Outages()
         # opens the semantic index (cache/semantic.py) the first time a request wants it
         self._open_semantic = semantic
-        self._semantic: Any = None
+        self._semantic: SemanticIndex | None = None
         self._semantic_lock = asyncio.Lock()
 
     # ---- lookup ----------------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ class CacheService:
 
     # ---- semantic --------------------------------------------------------------------------------------
 
-    async def semantic_index(self) -> Any:
+    async def semantic_index(self) -> SemanticIndex | None:
         """The semantic index, opened the first time it is wanted (the embedding model loads then); None when
         cache/semantic.py is not there or the index could not be opened (logged, exact matching goes on)."""
         if self._semantic is not None or self._open_semantic is None:
@@ -232,29 +232,33 @@ class CacheService:
         asked: control_mod.Control,
         family: str,
     ) -> Cached | None:
+        """After an exact miss: the nearest stored paraphrase in the request's partition (its scope, model and
+        every field but the compared text), at or above `threshold`. The vector made here is filed with the
+        answer after a miss, so the next paraphrase finds it."""
         index = await self.semantic_index()
-        module = semantic_module()
-        if index is None or module is None:
+        if index is None:
             return None
-        parts = module.semantic_parts(body, self.config.semantic.compare)
+        from inferplex.cache.semantic import semantic_parts
+
+        parts = semantic_parts(body, self.config.semantic.compare)
         if parts is None:
             return None
         exact, text = parts
-        plan.partition = keys.partition_id(plan.scope, plan.namespace, plan.model, plan.stream, family, exact)
+        # the embedding model is part of the partition: vectors of two models are never compared
+        partition = keys.partition_id(plan.scope, plan.namespace, plan.model, plan.stream, family, [index.model, exact])
         try:
-            plan.vector = await index.embed(text)
+            vector = await index.embed(text)
+            plan.partition, plan.vector = partition, vector
             if not asked.read:
                 return None
-            for entry_id, similarity in await index.nearest(plan.partition, plan.vector, threshold):
+            for entry_id, similarity in await index.nearest(partition, vector, threshold):
                 cached = await self._read(entry_id, asked.max_age_s, plan.stream)
-                if cached is not None:
-                    outcome.status, outcome.entry, outcome.similarity, outcome.plan = (
-                        "semantic-hit",
-                        entry_id,
-                        similarity,
-                        None,
-                    )
-                    return cached
+                if cached is None:
+                    index.forget(entry_id)  # expired, evicted or purged elsewhere: stop matching it
+                    continue
+                outcome.status, outcome.entry, outcome.similarity = "semantic-hit", entry_id, similarity
+                outcome.plan = None
+                return cached
         except Exception as exc:  # the embedder or the index failed: an exact miss, stored without a vector
             self.outages.report("the semantic lookup", exc)
             plan.partition = plan.vector = None
@@ -322,17 +326,11 @@ class CacheService:
 
     async def purge(self, selector: Purge) -> int:
         removed = await self.backend.purge(selector)
-        clear = getattr(self._semantic, "clear", None)
-        if clear is not None:  # the in-process index reads the backend's vectors again
-            result = clear()
-            if asyncio.iscoroutine(result):
-                await result
+        if self._semantic is not None:  # the in-process index reads the backend's vectors again
+            self._semantic.clear()
         return removed
 
     async def aclose(self) -> None:
-        closing = getattr(self._semantic, "aclose", None)
-        if closing is not None:
-            await closing()
         await self.backend.aclose()
 
 
@@ -355,18 +353,3 @@ def complete(answer: Mapping[str, Any], asked_length: bool) -> bool:
         if isinstance(choice, Mapping) and choice.get("finish_reason") == "length" and not asked_length:
             return False
     return True
-
-
-_SEMANTIC: list[Any] = []
-
-
-def semantic_module() -> Any:
-    """cache/semantic.py (written apart, issue 26), or None while it is not there."""
-    if not _SEMANTIC:
-        try:
-            _SEMANTIC.append(importlib.import_module("inferplex.cache.semantic"))
-        except ModuleNotFoundError as exc:
-            if exc.name != "inferplex.cache.semantic":
-                raise
-            return None
-    return _SEMANTIC[0]

@@ -43,12 +43,15 @@ class _Filed:
         self.base = 0
         self.rows: list[tuple[str, bytes, float]] = []
 
-    def compact(self, now: float) -> None:
+    def compact(self, now: float, bound: int | None) -> None:
+        """Drop the expired (or purged) rows at the front, and the oldest past `bound`."""
         dead = 0
         for _, _, expires in self.rows:
             if expires > now:
                 break
             dead += 1
+        if bound is not None:
+            dead = max(dead, len(self.rows) - bound)
         if dead:
             del self.rows[:dead]
             self.base += dead
@@ -57,8 +60,9 @@ class _Filed:
 class MemoryBackend:
     name = "memory"
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, *, max_vectors_per_partition: int | None = None) -> None:
         self.max_bytes = max_bytes
+        self.max_vectors = max_vectors_per_partition
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._bytes = 0
         # partition -> what was filed there, in order (a lookup checks the entry still exists anyway)
@@ -94,7 +98,7 @@ class MemoryBackend:
     async def add_vector(self, partition: str, entry_id: str, vector: bytes, expires_at: float) -> None:
         filed = self._vectors.setdefault(partition, _Filed())
         filed.rows.append((entry_id, vector, expires_at))
-        filed.compact(time.time())
+        filed.compact(time.time(), self.max_vectors)
 
     async def vectors(self, partition: str, after: int) -> tuple[list[tuple[str, bytes]], int]:
         filed = self._vectors.get(partition)
@@ -105,6 +109,9 @@ class MemoryBackend:
         return [(i, v) for i, v, expires in rows if expires > now], filed.base + len(filed.rows)
 
     async def purge(self, selector: Purge) -> int:
+        """Remove the matching entries; the count is of live ones (an expired entry is dropped uncounted, as
+        Redis would have forgotten it already)."""
+        now = time.time()
         chosen = [e for e in self._entries.values() if matches(e, selector)]
         for entry in chosen:
             self._drop(entry.id)
@@ -113,7 +120,7 @@ class MemoryBackend:
             filed = self._vectors.get(partition)
             if filed is not None:  # tombstones keep every cursor's position; compaction drops them in time
                 filed.rows = [(i, v, 0.0 if i in gone else x) for i, v, x in filed.rows]
-        return len(chosen)
+        return sum(1 for e in chosen if e.expires_at > now)
 
     async def stats(self) -> BackendStats:
         now = time.time()
