@@ -37,6 +37,11 @@ class OptionFields(BaseModel):
     signature: str | None = None
     processors: list[str | dict[str, Any]] | None = Field(None, description="request processors (docs/processors.md)")
     inferada: dict[str, Any] | None = Field(None, description="Inferada's spelling of processors and language")
+    cache: dict[str, Any] | None = Field(
+        None,
+        description="the response cache, per request (LiteLLM's spelling): `no-cache`, `no-store`, `ttl`, `s-maxage`, "
+        "`namespace`, `use-cache`, and `semantic`, `threshold` (docs/caching.md)",
+    )
 
 
 class GatewayChatRequest(ChatRequest, OptionFields):

@@ -55,6 +55,23 @@ _FILTERS = (Param("model", description="only this public model"), Param("provide
 _STREAMS = "With `stream: true` the answer is server-sent events (`text/event-stream`), each `data:` frame one chunk."
 
 
+# The response cache's per-request control and what the answer says of it (docs/caching.md), on every route
+# whose answers may be cached.
+CACHE_PARAMS = (
+    Param("Cache-Control", where="header", description="`no-cache`: do not answer from the cache (the answer is "
+          "still stored); `no-store`: store nothing; `max-age=N`: only an entry younger than N seconds"),
+    Param("x-inferplex-cache", where="header", description="comma-separated: `bypass`, `use` (with the operator's "
+          "default_off mode), `semantic`, `no-cache`, `no-store`, `namespace=NAME`, `ttl=SECONDS`, `threshold=0..1`"),
+)  # fmt: skip
+CACHE_HEADERS = {
+    "x-inferplex-cache": {"description": "the cache's outcome when the model is cached",
+                          "schema": {"type": "string", "enum": ["hit", "semantic-hit", "miss", "bypass"]}},
+    "x-inferplex-cache-similarity": {"description": "a semantic hit's cosine similarity", "schema": {"type": "string"}},
+    "x-inferplex-cache-entry": {"description": "the entry's id (for `POST /admin/cache/purge`)",
+                                "schema": {"type": "string"}},
+}  # fmt: skip
+
+
 def _chat(dialect: Dialect, path: str, body: type[GatewayChatRequest] = GatewayChatRequest) -> Operation:
     return Operation(
         "post",
@@ -66,6 +83,8 @@ def _chat(dialect: Dialect, path: str, body: type[GatewayChatRequest] = GatewayC
         body,
         stream=oa.ChatCompletionChunk,
         description=_STREAMS,
+        params=CACHE_PARAMS,
+        headers=CACHE_HEADERS,
     )
 
 
@@ -90,7 +109,7 @@ def _inferexchange() -> list[Operation]:
     ix, prefix = INFEREXCHANGE, "/api/v1"
     models = (*CATALOG_ERRORS, 429)
     return [
-        dataclasses.replace(_chat(ix, prefix + "/chat/completions"), headers=_RATE_HEADERS),
+        dataclasses.replace(_chat(ix, prefix + "/chat/completions"), headers={**CACHE_HEADERS, **_RATE_HEADERS}),
         Operation("get", f"{prefix}/models", "The models this key may use, priced", ix, ixr.InferExchangeModelList,
                   models, headers=_RATE_HEADERS),
         Operation("get", prefix + "/models/{model_id}", "One model", ix, ixr.InferExchangeModel, (*models, 404),
@@ -245,6 +264,8 @@ OPERATIONS: list[Operation] = [
         oa.EmbeddingList,
         (400, 401, 403, 404, 413, 415, 429, 500, 502, 503, 504),
         GatewayEmbeddingRequest,
+        params=CACHE_PARAMS,
+        headers=CACHE_HEADERS,
     ),
     *_models(OPENAI, "/v1"),
     *media_storage.OPERATIONS,
@@ -277,6 +298,8 @@ OPERATIONS: list[Operation] = [
         stream=ar.StreamEvent,
         stream_done=False,
         description=_STREAMS + " Anthropic's event grammar.",
+        params=CACHE_PARAMS,
+        headers=CACHE_HEADERS,
     ),
     Operation(
         "post",
