@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 
 from inferplex.accounts.delivered import counted_prompt_tokens
 from inferplex.accounts.pricing import estimate_output_tokens
-from inferplex.cache.base import ResponseCache
+from inferplex.cache.base import Cached, ResponseCache
 from inferplex.canonical import ChatRequest
 from inferplex.catalog import Catalog, Resolved
 from inferplex.config import ModelConfig
@@ -359,6 +359,7 @@ class Pipeline:
             raise TypeError(f"the {family.name} family has no single call to route")
         ctx.request = request
         resolved = self.resolve(ctx, request.body.model, request.options.provider_name, family)
+        cached = await self._look_up(ctx, family, resolved.model, request, stream=False)
         started = time.perf_counter()
         admission = await self.guard.admit(ctx, family, resolved.model, request)
         ctx.stage("limits", started)
@@ -367,14 +368,11 @@ class Pipeline:
             ctx.timings.mark_upstream_start()
             return await invoke(self.adapter(family, target), request, target, ctx.info)
 
-        cache = self.cache
-        cached = await cache.lookup(ctx, family, resolved.model, request, stream=False) if cache else None
         if cached is not None and cached.answer is not None:
             response = cast(M, cached.answer)
         else:
             response = await self.routed(ctx, resolved, admission, call)
-            if cache is not None and ctx.cache is not None:
-                await cache.keep(ctx, response)
+            await self._keep(ctx, response)
         ctx.answer = response
         if isinstance(response, Mapping):
             ctx.usage = cast("Usage | None", response.get("usage"))
@@ -407,9 +405,29 @@ class Pipeline:
             ctx.timings.mark_upstream_end()
         return response
 
+    async def _look_up(
+        self,
+        ctx: Context,
+        family: Family[Any, Any, Any],
+        model: ModelConfig,
+        request: GatewayRequest[Any],
+        *,
+        stream: bool,
+    ) -> Cached | None:
+        """The cache's stored answer, asked before admission: a malformed cache control is a 400 with nothing
+        reserved, and a hit is then admitted (limits, its charge reserved) like any answer."""
+        if self.cache is None:
+            return None
+        return await self.cache.lookup(ctx, family, model, request, stream=stream)
+
+    async def _keep(self, ctx: Context, response: Any) -> None:
+        """After a miss the cache looked up: the upstream's answer stored, before anything renders it."""
+        if self.cache is not None and ctx.cache is not None:
+            await self.cache.keep(ctx, response)
+
     async def _prepare(
-        self, ctx: Context, request: GatewayRequest[ChatRequest]
-    ) -> tuple[GatewayRequest[ChatRequest], ProcessorRun | None, Resolved, Admission]:
+        self, ctx: Context, request: GatewayRequest[ChatRequest], *, stream: bool = False
+    ) -> tuple[GatewayRequest[ChatRequest], ProcessorRun | None, Resolved, Admission, Cached | None]:
         ctx.operation, ctx.request = CHAT.name, request
         run = self._processors(ctx, request) if self._processors else None
         if run is not None:
@@ -424,14 +442,17 @@ class Pipeline:
             resolved = self.resolve(ctx, model, provider, CHAT)
         # The one system prompt (the model's, the processors' segments, the caller's), before the estimate counts it.
         request = assemble(request, resolved.model, run.segments if run is not None else ())
+        # A stream whose processors need the whole answer is served from a buffered call: its buffered entry.
+        buffered = stream and run is not None and run.buffered
+        cached = await self._look_up(ctx, CHAT, resolved.model, request, stream=stream and not buffered)
         started = time.perf_counter()
         admission = await self.guard.admit(ctx, CHAT, resolved.model, request)
         ctx.stage("limits", started)
-        return request, run, resolved, admission
+        return request, run, resolved, admission, cached
 
     async def chat(self, request: GatewayRequest[ChatRequest], ctx: Context) -> ChatCompletion:
-        request, run, resolved, admission = await self._prepare(ctx, request)
-        return await self._complete(ctx, request, run, resolved, admission)
+        request, run, resolved, admission, cached = await self._prepare(ctx, request)
+        return await self._complete(ctx, request, run, resolved, admission, cached)
 
     async def _complete(
         self,
@@ -440,6 +461,7 @@ class Pipeline:
         run: ProcessorRun | None,
         resolved: Resolved,
         admission: Admission,
+        cached: Cached | None,
     ) -> ChatCompletion:
         async def call(target: Target) -> ChatCompletion:
             ctx.timings.mark_upstream_start()
@@ -448,14 +470,11 @@ class Pipeline:
             ctx.timings.absorb_queue(ctx.info.queued_ms)
             return response
 
-        cache = self.cache
-        cached = await cache.lookup(ctx, CHAT, resolved.model, request, stream=False) if cache else None
         if cached is not None and cached.answer is not None:
             response = cast(ChatCompletion, cached.answer)
         else:
             response = await self.routed(ctx, resolved, admission, call)
-            if cache is not None and ctx.cache is not None:
-                await cache.keep(ctx, response)
+            await self._keep(ctx, response)
         ctx.usage = response.get("usage")
         if run is None:
             ctx.response = response
@@ -480,11 +499,11 @@ class Pipeline:
             await _settle(admission, ctx, ctx.usage, failed=False)
 
     async def chat_stream(self, request: GatewayRequest[ChatRequest], ctx: Context) -> ChatStream:
-        request, run, resolved, admission = await self._prepare(ctx, request)
+        request, run, resolved, admission, cached = await self._prepare(ctx, request, stream=True)
         if run is not None and run.buffered:
             # A processor needs the whole answer: call buffered, then replay the result as a stream.
             request = request.replace(request.body.model_copy(update={"stream": None, "stream_options": None}))
-            response = await self._complete(ctx, request, run, resolved, admission)
+            response = await self._complete(ctx, request, run, resolved, admission, cached)
             chunks = completion_chunks(response, carry=("processors", "inferada"))
             return ChatStream(chunks[0], aiter_chunks(chunks[1:]), ctx, _Settled())
 
@@ -497,7 +516,6 @@ class Pipeline:
             return first, chunks
 
         cache = self.cache
-        cached = await cache.lookup(ctx, CHAT, resolved.model, request, stream=True) if cache else None
         if cache is not None and cached is not None and cached.chunks:
             first, rest = cache.replay(ctx, cached)
         else:
