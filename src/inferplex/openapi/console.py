@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from inferplex.console.cache_page import WINDOWS as CACHE_WINDOWS
 from inferplex.dialects.openai_responses import OpenAIError
 from inferplex.openapi.spec import Dialect, Operation, Param
 
@@ -121,4 +122,20 @@ OPERATIONS: list[Operation] = [
     page("get", "/ui/accounts/{account_id}", "One account: its limits, credits and ledger", params=(_BEFORE,)),
     page("post", "/ui/accounts/{account_id}", "Edit an account's name and limits", form=_ACCOUNT_FIELDS, ok=False),
     page("post", "/ui/accounts/{account_id}/credits", "Top up, refund or adjust", form=_CREDIT_FIELDS, ok=False),
+    page(
+        "post",
+        "/ui/cache/purge",
+        "Purge cached answers matching every field filled in (or all): then the cache page, saying how many",
+        form={
+            "model": {"type": "string"},
+            "namespace": {"type": "string"},
+            "key_id": {"type": "string"},
+            "entry": {"type": "string"},
+            "scope": {"type": "string", "description": "account:<id>, key:<id>, shared or open"},
+            "all": {"type": "string", "enum": ["on"], "description": "every entry (alone)"},
+            "window": {"type": "string", "enum": list(CACHE_WINDOWS)},
+        },
+        ok=False,
+        errors=(400, 403, 409, 413, 500, 503),
+    ),
 ]

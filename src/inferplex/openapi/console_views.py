@@ -85,20 +85,4 @@ OPERATIONS: list[Operation] = [
             Param("purged", {"type": "integer", "minimum": 0}, description="entries the last purge removed (shown)"),
         ),
     ),
-    page(
-        "post",
-        "/ui/cache/purge",
-        "Purge cached answers matching every field filled in (or all): then the cache page, saying how many",
-        form={
-            "model": {"type": "string"},
-            "namespace": {"type": "string"},
-            "key_id": {"type": "string"},
-            "entry": {"type": "string"},
-            "scope": {"type": "string", "description": "account:<id>, key:<id>, shared or open"},
-            "all": {"type": "string", "enum": ["on"], "description": "every entry (alone)"},
-            "window": _enum(tuple(CACHE_WINDOWS)),
-        },
-        ok=False,
-        errors=(400, 403, 409, 413, 500, 503),
-    ),
 ]
