@@ -298,3 +298,19 @@ def test_an_upstream_error_is_not_stored(server: GatewayServer, fake_openai: Fak
     assert any('"error"' in f for f in frames)
     r, frames = sse_frames(server, cut, model="die-midstream")
     assert r.headers["x-inferplex-cache"] == "miss" and any('"error"' in f for f in frames)
+
+
+def test_the_responses_api_is_answered_from_the_cache(server: GatewayServer, fake_openai: FakeOpenAI) -> None:
+    text = unique()
+    sdk = client(server)
+    buffered = [sdk.responses.with_raw_response.create(model="priced", input=text, store=False) for _ in range(2)]
+    assert [r.headers["x-inferplex-cache"] for r in buffered] == ["miss", "hit"]
+    first, second = (r.parse() for r in buffered)
+    assert first.output_text == second.output_text == f"echo: {text}"
+    assert first.id != second.id  # each response is the gateway's own, with its own id
+    streamed = []
+    for _ in range(2):
+        with sdk.responses.with_streaming_response.create(model="priced", input=text, stream=True) as raw:
+            streamed.append((raw.headers["x-inferplex-cache"], [e.type for e in raw.parse()][-1]))
+    assert streamed == [("miss", "response.completed"), ("hit", "response.completed")]
+    assert upstream_calls(fake_openai, text) == 2
