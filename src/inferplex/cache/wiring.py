@@ -23,14 +23,25 @@ if TYPE_CHECKING:
 
 
 def problems(config: Config) -> list[str]:
-    """What in the `cache` settings cannot work with the rest of the configuration (empty: nothing)."""
+    """What in the cache's settings contradicts itself or the rest of the configuration (empty: nothing).
+    Said at start-up, before the first request, rather than as a cache that silently never stores."""
     cache = config.cache
     found: list[str] = []
     if cache.backend == "redis" and not (cache.redis_url or config.storage.redis_url):
         found.append("cache.backend redis needs cache.redis_url or storage.redis_url")
+    if backend_choice(config)[0] == "memory" and cache.max_entry_bytes > cache.max_bytes:
+        found.append("cache.max_entry_bytes is larger than cache.max_bytes: such an entry could never be kept")
+    if cache.replay.pace == "fixed" and cache.replay.interval_ms <= 0:
+        found.append("cache.replay.pace fixed needs cache.replay.interval_ms above 0")
     name = cache.semantic.embedding_model
     if name != "bundled" and not any(m.name == name and m.type == "embedding" for m in config.models):
         found.append(f"cache.semantic.embedding_model {name!r} is not a model of type embedding in this config")
+    for model in config.models:
+        own = model.cache
+        if own.enabled is False and (own.shared or own.semantic or own.ttl_s or own.billing or own.threshold):
+            found.append(f"models[{model.name}].cache: enabled is false, yet other cache settings are given")
+        if own.semantic and model.type != "chat":
+            found.append(f"models[{model.name}].cache.semantic: only chat models are matched by meaning")
     return found
 
 
