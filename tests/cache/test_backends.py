@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 
+from inferplex.cache.backends import redis as redis_backend
 from inferplex.cache.backends.redis import RedisBackend
 from inferplex.cache.backends.sqlite import SqliteBackend
 from inferplex.cache.base import Backend, Entry, Purge
@@ -363,6 +364,21 @@ def redis_prefix_cache() -> Any:
     prefix = f"inferplex_test:cache:{secrets.token_hex(6)}:"
     yield prefix
     forget_redis_prefix(prefix)
+
+
+async def test_a_redis_purge_runs_in_batches(redis_prefix_cache: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A purge of more entries than one script call removes (`BATCH`) takes several calls, and each call checks
+    its ids against the selector again."""
+    monkeypatch.setattr(redis_backend, "BATCH", 3)
+    backend = await RedisBackend.open(REDIS_URL, redis_prefix_cache, 2.0)
+    try:
+        for n in range(10):
+            await backend.put(entry(n, model="m1" if n < 7 else "m2"))
+        assert await backend.purge(Purge(model="m1")) == 7
+        assert (await backend.stats()).entries == 3
+        assert await backend.purge(Purge()) == 3
+    finally:
+        await backend.aclose()
 
 
 def _every_call(backend: RedisBackend) -> list[Awaitable[Any]]:
