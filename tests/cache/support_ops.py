@@ -36,6 +36,19 @@ def upstream_calls(fake: FakeOpenAI, text: str) -> int:
     return sum(1 for r in fake.state.requests if r.path.endswith("/chat/completions") and text in str(r.body))
 
 
+def usage_row(request_id: str, **values: Any) -> dict[str, Any]:
+    """A usage row as the guard writes it (every column), `values` on top."""
+    base: dict[str, Any] = {
+        "request_id": request_id, "created_at": 1_764_000_000.0, "key_id": "k1", "account_id": "a1", "model": "m1",
+        "provider": "fake", "deployment": "d1", "status": 200, "prompt_tokens": 3, "completion_tokens": 4,
+        "cached_tokens": 0, "estimated": 0, "cost_micros": 12, "total_ms": 5.0, "upstream_ms": 4.0,
+        "ttft_ms": None, "queued_ms": 0.0, "tags": ["t"], "end_user": None, "request_body": None,
+        "response_body": None, "route": "/v1/chat/completions", "operation": "chat", "error_type": None,
+        "attempts": [], "attempt_errors": 0, "cache": None,
+    }  # fmt: skip
+    return {**base, **values}
+
+
 def client(gateway: GatewayServer, key: str | None = None) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.base_url, api_key=key or gateway.master_key, max_retries=0)
 

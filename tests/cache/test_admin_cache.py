@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +21,9 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from inferplex.admin.openapi import openapi_document
-from tests.cache.support_ops import Operator, ask, cached_config, prompt, upstream_calls
+from inferplex.store.engine import default_url, open_database
+from inferplex.store.usage import UsageStore
+from tests.cache.support_ops import Operator, ask, cached_config, prompt, upstream_calls, usage_row
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
@@ -252,3 +255,38 @@ def test_with_the_cache_off_the_state_says_so_and_a_purge_is_a_409(fake_openai: 
             )
         finally:
             op.close()
+
+
+def test_the_hit_rate_is_the_fleet_s_read_from_every_replica_s_rows(
+    fresh: tuple[GatewayServer, Operator], fake_openai: FakeOpenAI
+) -> None:
+    """Rows another replica logged into the shared store count in this one's window (semantic hits too: each
+    replica's answers are in the usage table, whichever of them is asked)."""
+    gateway, op = fresh
+    text = prompt("fleet")
+    ask(gateway, text)
+    _, hit = ask(gateway, text)
+    op.request_row(hit["x-inferplex-request-id"])
+    now = time.time()
+    elsewhere = [usage_row(f"other-{i}", created_at=now, model="echo-model", cache=c) for i, c in
+                 enumerate(["semantic-hit", "semantic-hit", "miss", "bypass"])]  # fmt: skip
+    elsewhere.append(usage_row("other-old", created_at=now - 7200, model="echo-model", cache="hit"))
+
+    async def logged_by_another_replica() -> None:
+        db = open_database(default_url(gateway.config.server.data_dir))
+        try:
+            await UsageStore(db).append(elsewhere)
+        finally:
+            await db.aclose()
+
+    asyncio.run(logged_by_another_replica())
+    window = op.cache(window_s=3600)["window"]
+    assert {k: window[k] for k in ("hits", "semantic_hits", "misses", "bypass", "requests")} == {
+        "hits": 1, "semantic_hits": 2, "misses": 2, "bypass": 1, "requests": 6
+    }  # fmt: skip
+    assert window["hit_rate"] == 0.6  # (1 + 2) / (1 + 2 + 2): a bypass made no lookup
+    assert window["by_model"] == [
+        {"model": "echo-model", "requests": 6, "hits": 1, "semantic_hits": 2, "misses": 2, "bypass": 1,
+         "hit_rate": 0.6}
+    ]  # fmt: skip
+    assert op.cache(window_s=3 * 3600)["window"]["hits"] == 2  # the older row, in a longer window

@@ -32,7 +32,7 @@ from inferplex.store.request_log import RequestFilter, RequestLog
 from inferplex.store.spool import USAGE, Spool
 from inferplex.store.usage import UsageFilter, UsageStore
 from tests.accounts.conftest import own_database, sqlite_url
-from tests.cache.support_ops import Operator, ask, cached_config, prompt, upstream_calls
+from tests.cache.support_ops import Operator, ask, cached_config, prompt, upstream_calls, usage_row
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 from tests.migrating import down_and_up
@@ -59,19 +59,6 @@ def test_0020_up_down_up(url: str) -> None:
     assert "cache" in up and up == {c.name for c in t.usage.columns}
     assert down == up - {"cache"}
     assert again == up
-
-
-def row(request_id: str, **values: Any) -> dict[str, Any]:
-    """A usage row as the guard writes it (every column), `values` on top."""
-    base: dict[str, Any] = {
-        "request_id": request_id, "created_at": NOW, "key_id": "k1", "account_id": "a1", "model": "m1",
-        "provider": "fake", "deployment": "d1", "status": 200, "prompt_tokens": 3, "completion_tokens": 4,
-        "cached_tokens": 0, "estimated": 0, "cost_micros": 12, "total_ms": 5.0, "upstream_ms": 4.0,
-        "ttft_ms": None, "queued_ms": 0.0, "tags": ["t"], "end_user": None, "request_body": None,
-        "response_body": None, "route": "/v1/chat/completions", "operation": "chat", "error_type": None,
-        "attempts": [], "attempt_errors": 0, "cache": None,
-    }  # fmt: skip
-    return {**base, **values}
 
 
 def _upgrade(conn: Any, target: str) -> None:
@@ -101,7 +88,7 @@ async def _at_0019_with(url: str, rows: list[dict[str, Any]]) -> None:
 
 
 def test_rows_before_0020_read_null_and_every_writer_carries_the_outcome(url: str, tmp_path: Path) -> None:
-    asyncio.run(_at_0019_with(url, [row("before-1"), row("before-2", model="m2")]))
+    asyncio.run(_at_0019_with(url, [usage_row("before-1"), usage_row("before-2", model="m2")]))
 
     async def upgraded_and_written() -> dict[str, Any]:
         db = open_database(url)
@@ -110,13 +97,13 @@ def test_rows_before_0020_read_null_and_every_writer_carries_the_outcome(url: st
             await db.migrate()
             usage = UsageStore(db)
             # the usage log's batch: the guard's rows, and one without the column (the Unify dialect's)
-            without = {k: v for k, v in row("batch-none").items() if k != "cache"}
-            await usage.append([row("batch-hit", cache="hit"), row("batch-miss", cache="miss"), without])
+            without = {k: v for k, v in usage_row("batch-none").items() if k != "cache"}
+            await usage.append([usage_row("batch-hit", cache="hit"), usage_row("batch-miss", cache="miss"), without])
             # the spool's replay (store/recovery.py): one kept by this version, one by a version before 0020
-            older = {k: v for k, v in row("spooled-old").items() if k != "cache"}
-            spool.put(USAGE, [row("spooled-semantic", cache="semantic-hit", model="m2"), older])
+            older = {k: v for k, v in usage_row("spooled-old").items() if k != "cache"}
+            spool.put(USAGE, [usage_row("spooled-semantic", cache="semantic-hit", model="m2"), older])
             assert await usage.append_each([item for _, item in spool.take(USAGE, 10)]) == 2
-            await usage.append_each([row("fallback-bypass", cache="bypass")])  # the row-by-row fallback
+            await usage.append_each([usage_row("fallback-bypass", cache="bypass")])  # the row-by-row fallback
             log = RequestLog(db)
             return {
                 "hits": [r["request_id"] for r in (await log.page(RequestFilter(cache="hits"))).rows],
