@@ -240,6 +240,21 @@ async def test_expired_vectors_are_not_handed_out(store: Store) -> None:
     assert [i for i, _ in items] == [f"{2:064x}"]
 
 
+async def test_a_cursor_still_reads_what_is_filed_after_its_partition_expired(store: Store) -> None:
+    """On Redis the partition's list itself expires and a new one starts: a cursor from the old one must not
+    skip the new one's first vectors."""
+    writer: Backend = await store.open()
+    reader: Backend = await store.open()
+    await writer.add_vector("p", f"{1:064x}", _vector(1), time.time() + 0.2)
+    await writer.add_vector("p", f"{2:064x}", _vector(2), time.time() + 0.2)
+    _, cursor = await reader.vectors("p", 0)
+    await asyncio.sleep(0.3)
+    assert (await reader.vectors("p", cursor))[0] == []
+    await writer.add_vector("p", f"{3:064x}", _vector(3), time.time() + 60)
+    items, _ = await reader.vectors("p", cursor)
+    assert [i for i, _ in items] == [f"{3:064x}"]
+
+
 async def test_a_long_catch_up_is_read_whole(store: Store) -> None:
     """More vectors than one read on the event loop takes (sqlite.PAGE): the rest come in the same call."""
     backend: Backend = await store.open()

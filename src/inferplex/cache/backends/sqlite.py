@@ -96,6 +96,7 @@ _TRIM = (
     "(SELECT seq FROM vectors WHERE partition = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)"
 )
 _VECTORS = "SELECT seq, entry_id, vector FROM vectors WHERE partition = ? AND seq > ? AND expires_at > ? ORDER BY seq"
+_VECTORS_PAGE = f"{_VECTORS} LIMIT {PAGE}"
 _SWEEP = {
     table: f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE expires_at <= ? LIMIT {SWEEP_BATCH})"
     for table in ("entries", "vectors")
@@ -152,9 +153,8 @@ class SqliteBackend:
 
     async def vectors(self, partition: str, after: int) -> tuple[list[tuple[str, bytes]], int]:
         now = time.time()
-        page = _VECTORS + f" LIMIT {PAGE}"
         rows: list[tuple[int, str, bytes]] = await self._read(
-            lambda conn: conn.execute(page, (partition, after, now)).fetchall()
+            lambda conn: conn.execute(_VECTORS_PAGE, (partition, after, now)).fetchall()
         )
         if len(rows) == PAGE:  # a long catch-up: the rest off the loop
             last = rows[-1][0]
