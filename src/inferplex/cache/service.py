@@ -210,8 +210,8 @@ class CacheService:
     # ---- semantic --------------------------------------------------------------------------------------
 
     async def semantic_index(self) -> SemanticIndex | None:
-        """The semantic index, opened the first time it is wanted (the embedding model loads then); None when
-        cache/semantic.py is not there or the index could not be opened (logged, exact matching goes on)."""
+        """The semantic index, opened the first time it is wanted (the embedding model loads then; at start-up
+        when a model opts in); None when it could not be opened (logged once, exact matching goes on)."""
         if self._semantic is not None or self._open_semantic is None:
             return self._semantic
         async with self._semantic_lock:
