@@ -108,6 +108,21 @@ def test_a_stream_is_replayed_with_the_same_framing(server: GatewayServer, fake_
     assert r1.headers["x-inferplex-cache"] == "hit" and upstream_calls(fake_openai, text) == 1
 
 
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+def test_a_streamed_tool_call_is_replayed_with_the_same_framing(server: GatewayServer, fake_openai: FakeOpenAI) -> None:
+    text = unique("weather in Paris")
+    extra: dict[str, Any] = {"model": "tool-model", "tools": [WEATHER], "stream_options": {"include_usage": True}}
+    _, miss = sse_frames(server, text, **extra)
+    r, hit = sse_frames(server, text, **extra)
+    assert r.headers["x-inferplex-cache"] == "hit"
+    assert _frames_without_gateway_values(miss) == _frames_without_gateway_values(hit)
+    calls = [orjson.loads(f)["choices"][0]["delta"].get("tool_calls") for f in hit[:-1] if orjson.loads(f)["choices"]]
+    assert "".join(c[0]["function"].get("arguments", "") for c in calls if c) == '{"city": "Paris"}'
+    assert upstream_calls(fake_openai, text) == 1
+
+
 def test_a_streamed_and_a_buffered_request_are_separate_entries(server: GatewayServer, fake_openai: FakeOpenAI) -> None:
     text = unique()
     sse_frames(server, text)
