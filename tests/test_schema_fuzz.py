@@ -83,6 +83,9 @@ def fuzzed(request: pytest.FixtureRequest, fake_openai: FakeOpenAI) -> Iterator[
     most (NUL in text, integers past their column), and an ordinary key with credit, generous limits and
     every non-admin scope (the guard's reservations and settlements) on SQLite."""
     config = openai_config(fake_openai)
+    # The response cache on (in memory on PostgreSQL, its SQLite file on SQLite): its control headers and the
+    # body's `cache` object are fuzzed like every other field.
+    config["cache"] = {"enabled": True}
     name = "inferplex_fuzz_" + secrets.token_hex(6)
     postgres = request.param.endswith("postgresql")
     if postgres:
