@@ -22,6 +22,7 @@ from inferplex.cache.backends.redis import RedisBackend
 from inferplex.cache.backends.sqlite import SqliteBackend
 from inferplex.cache.base import Backend, Entry, Purge
 from tests.accounts.conftest import REDIS_URL
+from tests.fakes.tcp_proxy import TcpProxy
 from tests.replicas import forget_redis_prefix
 
 Opener = Callable[..., Awaitable[Any]]
@@ -424,6 +425,32 @@ async def test_every_redis_call_raises_promptly_when_redis_is_down(down: str) ->
         await backend.aclose()
         silent.close()
         await silent.wait_closed()
+
+
+async def test_after_an_outage_redis_is_not_waited_for_again_until_retry_s(
+    redis_prefix_cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition (packets dropped): the first call waits its timeout, the next ones fail at once for
+    RETRY_S, and once Redis answers again the entries are read as before."""
+    monkeypatch.setattr(redis_backend, "RETRY_S", 0.5)
+    with TcpProxy(6379) as proxy:
+        backend = await RedisBackend.open(f"redis://127.0.0.1:{proxy.port}/0", redis_prefix_cache, 0.3)
+        try:
+            stored = entry(1)
+            await backend.put(stored)
+            proxy.silence()
+            waits = []
+            for _ in range(3):
+                started = time.monotonic()
+                with pytest.raises(redis.RedisError):
+                    await backend.get(stored.id)
+                waits.append(time.monotonic() - started)
+            assert waits[0] >= 0.25 and max(waits[1:]) < 0.05, waits
+            proxy.restore()
+            await asyncio.sleep(0.5)
+            assert await backend.get(stored.id) == stored
+        finally:
+            await backend.aclose()
 
 
 def _closed_port() -> int:

@@ -25,19 +25,23 @@ Keys, after the prefix:
   vectors are overwritten with an empty element (a tombstone, `dead` counts them) rather than removed,
   which would shift the cursors after it. `vparts` (sorted set) lists the partitions, for `stats`.
 
-Every method raises on an outage (a refused connection, a timeout after `timeout_s`): the service turns
-that into a miss and a log line. A purge reads the matching ids in one command and removes them `BATCH` at
-a time, so on a large cache it is many short script calls (about 30 ms per thousand entries in all), never
-one that holds Redis, and the limits sharing it, for seconds.
+Every method raises on an outage (a refused connection, a timeout after `timeout_s`), and for `RETRY_S`
+after one raises at once without trying: the service turns that into a miss and a log line. A purge reads
+the matching ids in one command and removes them `BATCH` at a time, so on a large cache it is many short
+script calls (about 30 ms per thousand entries in all), never one that holds Redis, and the limits sharing
+it, for seconds.
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from inferplex.cache.base import BackendStats, Entry, Purge
 from inferplex.redis_connect import Client, aclose, connect, keyspace
@@ -47,6 +51,12 @@ SWEEP = 32  # expired ids forgotten per put: more than a put adds, so the bookke
 # breakers) for 10-17 ms (measured, 500 ids on a loaded 2-core machine), not for the whole purge
 BATCH = 500
 DEFAULT_MAX_VECTORS = 10_000
+# After Redis could not be reached, calls fail at once for this long instead of each waiting for its own
+# timeout: a black-holed Redis costs a process one timeout a second, not one or two per request (the lookup,
+# the store). The service answers those requests from upstream, as misses.
+RETRY_S = 1.0
+
+T = TypeVar("T")
 
 _FIELDS = ("v", "c", "x", "m", "s", "n", "k", "p")
 _EXPIRY = struct.Struct("<d")
@@ -201,6 +211,7 @@ class RedisBackend:
         self._purge = self.redis.register_script(_PURGE)
         self._stats = self.redis.register_script(_STATS)
         self._sweep = self.redis.register_script(_SWEEP)
+        self._down_until = 0.0  # time.monotonic(): until then calls fail without trying (RETRY_S)
 
     @classmethod
     async def open(
@@ -211,8 +222,8 @@ class RedisBackend:
         return cls(connect(url, timeout_s=timeout_s), prefix, max_vectors_per_partition)
 
     async def get(self, entry_id: str) -> Entry | None:
-        value, created, expires, model, scope, namespace, key_id, partition = await self.redis.hmget(
-            self.prefix + "e:" + entry_id, _FIELDS
+        value, created, expires, model, scope, namespace, key_id, partition = await self._io(
+            self.redis.hmget, self.prefix + "e:" + entry_id, _FIELDS
         )
         if value is None or float(expires) <= time.time():
             return None
@@ -235,7 +246,8 @@ class RedisBackend:
         for name, text in (("n", entry.namespace), ("k", entry.key_id), ("p", entry.partition)):
             if text is not None:
                 fields += [name, text]
-        await self._put(
+        await self._io(
+            self._put,
             keys=[self.prefix + "e:" + entry.id, self.prefix + "all"],
             args=[self.prefix, repr(now), entry.id, px, orjson.dumps(meta), *fields],
         )
@@ -245,14 +257,15 @@ class RedisBackend:
             raise ValueError("an entry id holds no newline (it separates the id from the vector)")
         px = max(1, round((expires_at - time.time()) * 1000))
         element = entry_id.encode() + b"\n" + _EXPIRY.pack(expires_at) + vector
-        await self._add_vector(
+        await self._io(
+            self._add_vector,
             keys=[self.prefix + "v:" + partition, self.prefix + "vm:" + partition, self.prefix + "vparts"],
             args=[element, px, self._max_vectors, repr(expires_at), partition],
         )
 
     async def vectors(self, partition: str, after: int) -> tuple[list[tuple[str, bytes]], int]:
-        base, length, elements = await self._vectors(
-            keys=[self.prefix + "v:" + partition, self.prefix + "vm:" + partition], args=[after]
+        base, length, elements = await self._io(
+            self._vectors, keys=[self.prefix + "v:" + partition, self.prefix + "vm:" + partition], args=[after]
         )
         if base is None:  # no such partition (never filed, or expired): the cursor stays
             return [], after
@@ -280,21 +293,33 @@ class RedisBackend:
         if selector.entry is not None:
             ids: list[Any] = [selector.entry]
         elif sets:
-            ids = list(await self.redis.sinter(sets))
+            ids = list(await self._io(self.redis.sinter, sets))
         else:
-            ids = list(await self.redis.zrange(every, 0, -1))
+            ids = list(await self._io(self.redis.zrange, every, 0, -1))
         count = 0
         for start in range(0, len(ids), BATCH):
-            count += int(await self._purge(keys=[every, *sets], args=[self.prefix, *ids[start : start + BATCH]]))
+            batch = ids[start : start + BATCH]
+            count += int(await self._io(self._purge, keys=[every, *sets], args=[self.prefix, *batch]))
         return count
 
     async def stats(self) -> BackendStats:
         """Expired ids forgotten first (`BATCH` per call, so Redis is never held long), then the counts."""
         keys, args = [self.prefix + "all"], [self.prefix, repr(time.time())]
-        while await self._sweep(keys=keys, args=args) == BATCH:
+        while await self._io(self._sweep, keys=keys, args=args) == BATCH:
             pass
-        entries, size, vectors = await self._stats(keys=[*keys, self.prefix + "vparts"], args=args)
+        entries, size, vectors = await self._io(self._stats, keys=[*keys, self.prefix + "vparts"], args=args)
         return BackendStats(self.name, int(entries), int(size), int(vectors))
+
+    async def _io(self, call: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """One call to Redis; at once a ConnectionError within RETRY_S of Redis being unreachable (a refused
+        connection, a timeout; not an error Redis answered with)."""
+        if time.monotonic() < self._down_until:
+            raise RedisConnectionError(f"Redis was unreachable less than {RETRY_S:g} s ago: not tried again yet")
+        try:
+            return await call(*args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            self._down_until = time.monotonic() + RETRY_S
+            raise
 
     async def aclose(self) -> None:
         await aclose(self.redis)
