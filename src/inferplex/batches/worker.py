@@ -90,6 +90,7 @@ def usage_row(batch: BatchRow, result: dict[str, Any], ctx: Context | None) -> d
         "deployment": (target.deployment.id or target.upstream_model) if target else None, "status": 200,
         "prompt_tokens": tokens.prompt, "completion_tokens": tokens.completion, "cached_tokens": tokens.cached,
         "tags": [f"batch:{batch.batch.id}"],
+        "cache": ctx.cache.status if ctx is not None and ctx.cache is not None else None,  # migration 0020
     }  # fmt: skip
 
 
