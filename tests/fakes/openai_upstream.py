@@ -21,6 +21,12 @@ TensorZero's dummy provider does:
 - `sleep-<ms>`: wait that long, then echo; requests in flight are counted (`in_flight`, `max_in_flight`)
 - `choices-*`: n choices, each its own text (`echo: <text> (choice i)`), streamed as OpenAI does: the
   choices' chunks interleaved under one id, each choice finishing once
+- `late-eof-*`: echo, streamed, the body's end (the chunked encoding's last chunk) 20 ms after `data: [DONE]`
+  (`late-eof-<ms>`: that many ms), as a network may deliver it: a client that closes the response at
+  `[DONE]` closes its connection
+
+Each request is recorded with the client's address and port (`Recorded.peer`): requests from one peer came
+over one connection, so tests can count the connections a gateway opened.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    peer: tuple[str, int] | None = None  # the client's (address, port): one per connection
 
 
 @dataclass
@@ -58,6 +65,10 @@ class FakeState:
 
     def last(self, path_suffix: str = "/chat/completions") -> Recorded:
         return next(r for r in reversed(self.requests) if r.path.endswith(path_suffix))
+
+    def peers(self, since: int = 0) -> set[tuple[str, int] | None]:
+        """The connections the requests from index `since` on came over (each a client address and port)."""
+        return {r.peer for r in self.requests[since:]}
 
 
 def _error(
@@ -218,6 +229,11 @@ def _chunk(model: str, delta: dict[str, Any], finish: str | None = None, usage: 
     return b"data: " + orjson.dumps(data) + b"\n\n"
 
 
+def _peer(request: web.Request) -> tuple[str, int] | None:
+    peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+    return (peer[0], peer[1]) if peer else None
+
+
 class FakeOpenAI:
     def __init__(self, api_key: str = "sk-fake-upstream") -> None:
         self.state = FakeState(api_key)
@@ -243,7 +259,7 @@ class FakeOpenAI:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
             return _error(400, "We could not parse the JSON body of your request.")
-        self.state.requests.append(Recorded(request.path, dict(request.headers), body))
+        self.state.requests.append(Recorded(request.path, dict(request.headers), body, _peer(request)))
         bad = _validate_chat(body)
         if bad:
             return bad
@@ -362,6 +378,9 @@ class FakeOpenAI:
             }
             await resp.write(b"data: " + orjson.dumps(data) + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
+        if model.startswith("late-eof"):
+            pause = model.removeprefix("late-eof-")
+            await asyncio.sleep(int(pause) / 1000 if pause.isdigit() else 0.02)
         await resp.write_eof()
 
     async def embeddings(self, request: web.Request) -> web.Response:
@@ -369,7 +388,7 @@ class FakeOpenAI:
         if denied:
             return denied
         body = orjson.loads(await request.read())
-        self.state.requests.append(Recorded(request.path, dict(request.headers), body))
+        self.state.requests.append(Recorded(request.path, dict(request.headers), body, _peer(request)))
         inputs = body.get("input")
         if isinstance(inputs, str):
             inputs = [inputs]
