@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import openai
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
@@ -109,3 +110,31 @@ class Operator:
         r = self.http.post("/admin/keys", json={"name": name, "credits_micros": 10_000_000, **body})
         assert r.status_code == 201, r.text
         return r.json()["id"], r.json()["key"], r.json()["account_id"]
+
+
+# ---- /metrics ----
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples_of(text: str) -> Samples:
+    out: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def scrape(gateway: GatewayServer) -> Samples:
+    """Every sample of the gateway's /metrics (scraped with the master key), by (name, labels)."""
+    answer = httpx.get(gateway.url + "/metrics", headers=gateway.auth, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return samples_of(answer.text)
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    return sum(v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items())

@@ -18,38 +18,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cache.support_ops import Operator, ask, cached_config, prompt, upstream_calls
+from tests.cache.support_ops import (
+    Operator,
+    ask,
+    cached_config,
+    prompt,
+    samples_of,
+    scrape,
+    total,
+    upstream_calls,
+    value,
+)
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def samples_of(text: str) -> Samples:
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def scrape(gateway: GatewayServer) -> Samples:
-    answer = httpx.get(gateway.url + "/metrics", headers=gateway.auth, timeout=10)
-    assert answer.status_code == 200, answer.text
-    return samples_of(answer.text)
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, frozenset(labels.items())))
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    return sum(v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items())
 
 
 @pytest.fixture
