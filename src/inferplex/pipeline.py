@@ -359,7 +359,7 @@ class Pipeline:
             raise TypeError(f"the {family.name} family has no single call to route")
         ctx.request = request
         resolved = self.resolve(ctx, request.body.model, request.options.provider_name, family)
-        cached = await self._look_up(ctx, family, resolved.model, request, stream=False)
+        cached = await self.look_up(ctx, family, resolved.model, request, stream=False)
         started = time.perf_counter()
         admission = await self.guard.admit(ctx, family, resolved.model, request)
         ctx.stage("limits", started)
@@ -372,7 +372,7 @@ class Pipeline:
             response = cast(M, cached.answer)
         else:
             response = await self.routed(ctx, resolved, admission, call)
-            await self._keep(ctx, response)
+            await self.keep(ctx, response)
         ctx.answer = response
         if isinstance(response, Mapping):
             ctx.usage = cast("Usage | None", response.get("usage"))
@@ -405,7 +405,7 @@ class Pipeline:
             ctx.timings.mark_upstream_end()
         return response
 
-    async def _look_up(
+    async def look_up(
         self,
         ctx: Context,
         family: Family[Any, Any, Any],
@@ -420,7 +420,7 @@ class Pipeline:
             return None
         return await self.cache.lookup(ctx, family, model, request, stream=stream)
 
-    async def _keep(self, ctx: Context, response: Any) -> None:
+    async def keep(self, ctx: Context, response: Any) -> None:
         """After a miss the cache looked up: the upstream's answer stored, before anything renders it."""
         if self.cache is not None and ctx.cache is not None:
             await self.cache.keep(ctx, response)
@@ -444,7 +444,7 @@ class Pipeline:
         request = assemble(request, resolved.model, run.segments if run is not None else ())
         # A stream whose processors need the whole answer is served from a buffered call: its buffered entry.
         buffered = stream and run is not None and run.buffered
-        cached = await self._look_up(ctx, CHAT, resolved.model, request, stream=stream and not buffered)
+        cached = await self.look_up(ctx, CHAT, resolved.model, request, stream=stream and not buffered)
         started = time.perf_counter()
         admission = await self.guard.admit(ctx, CHAT, resolved.model, request)
         ctx.stage("limits", started)
@@ -474,7 +474,7 @@ class Pipeline:
             response = cast(ChatCompletion, cached.answer)
         else:
             response = await self.routed(ctx, resolved, admission, call)
-            await self._keep(ctx, response)
+            await self.keep(ctx, response)
         ctx.usage = response.get("usage")
         if run is None:
             ctx.response = response

@@ -263,6 +263,8 @@ async def maybe_native(
     ctx.route = route_options(cast(Any, request))
     sent = upstream_body(request.wire(), history)
     counted = request.replace(body.model_copy(update={"input": sent.get("input")}))
+    # The response cache keys the upstream's body, history included; a native stream's events are not cached.
+    cached = None if body.stream else await pipeline.look_up(ctx, NATIVE_RESPONSES, model, counted, stream=False)
     admission = await pipeline.guard.admit(ctx, NATIVE_RESPONSES, model, counted)
     # A stream cut before its usage is billed on the prompt as the gateway counts it (4 characters a token).
     prompt = [sent.get("instructions"), sent.get("input"), sent.get("tools")]
@@ -281,7 +283,11 @@ async def maybe_native(
             ctx.timings.mark_upstream_start()
             return await upstream(target).responses({**sent, "model": target.upstream_model}, target, ctx.info)
 
-        answer = await pipeline.routed(ctx, resolved, admission, call)
+        if cached is not None and cached.answer is not None:
+            answer = cached.answer
+        else:
+            answer = await pipeline.routed(ctx, resolved, admission, call)
+            await pipeline.keep(ctx, answer)
         ctx.usage = chat_usage(answer.get("usage"))
         ctx.response = response = public(answer)
         await admission.settle(ctx, ctx.usage, failed=False)
