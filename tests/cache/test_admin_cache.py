@@ -23,10 +23,10 @@ from jsonschema import Draft202012Validator
 from inferplex.admin.openapi import openapi_document
 from inferplex.store.engine import default_url, open_database
 from inferplex.store.usage import UsageStore
-from tests.cache.support_ops import Operator, ask, cached_config, prompt, upstream_calls, usage_row
+from tests.cache.support_ops import Operator, ask, cached_config, prompt, scrape, total, upstream_calls, usage_row
 from tests.conftest import openai_config
 from tests.fakes.openai_upstream import FakeOpenAI
-from tests.gateway_server import GatewayServer
+from tests.gateway_server import GatewayServer, free_port
 
 SECOND = {"name": "echo-two", "deployments": [{"provider": "fake", "model": "gpt-echo"}]}
 
@@ -290,3 +290,23 @@ def test_the_hit_rate_is_the_fleet_s_read_from_every_replica_s_rows(
          "hit_rate": 0.6}
     ]  # fmt: skip
     assert op.cache(window_s=3 * 3600)["window"]["hits"] == 2  # the older row, in a longer window
+
+
+def test_a_store_that_cannot_be_reached_is_a_503_and_metrics_go_on(fake_openai: FakeOpenAI) -> None:
+    config = cached_config(fake_openai, backend="redis", redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    with GatewayServer(config) as gateway:
+        op = Operator(gateway)
+        try:
+            for answer in (op.http.get("/admin/cache"), op.http.post("/admin/cache/purge", json={"all": True})):
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["error"]["code"] == "cache_unavailable"
+                assert "try again shortly" in answer.json()["error"]["message"]
+            fits("/admin/cache", "get", op.http.get("/admin/cache"))
+            samples = scrape(gateway)  # served, without the sizes it could not read
+            assert not [k for k in samples if k[0].startswith("inferplex_cache_entries")]
+            refused = total(samples, "inferplex_requests_total", route="/admin/cache", status="503")
+            assert (
+                refused == 2 and total(samples, "inferplex_requests_total", error_type="gateway.store_unavailable") == 3
+            )
+        finally:
+            op.close()

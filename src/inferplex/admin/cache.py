@@ -129,7 +129,8 @@ async def stats_of(cache: CacheAdmin | None) -> BackendStats | None:
 
 
 def _unavailable(doing: str, exc: Exception) -> GatewayError:
-    log.warning("the response cache's store could not %s: %s: %s", doing, type(exc).__name__, exc)
+    """A 503 for a store that cannot be reached (`doing`: read, purged)."""
+    log.warning("the response cache's store cannot be %s: %s: %s", doing, type(exc).__name__, exc)
     return Unavailable(f"The response cache's store cannot be {doing} right now ({type(exc).__name__}); try again "
                        "shortly.", code="cache_unavailable")  # fmt: skip
 

@@ -65,6 +65,9 @@ _BY_STATUS = {
 }
 
 
+_OWN_STORES = frozenset({"store_unavailable", "cache_unavailable"})
+
+
 def error_type(error: GatewayError | None, status: int) -> str | None:
     """The closed type of what the caller received: from the error when the edge rendered one, else from
     the status alone (a 4xx/5xx answered without a GatewayError). None for a success."""
@@ -77,7 +80,8 @@ def error_type(error: GatewayError | None, status: int) -> str | None:
     if isinstance(error, UpstreamError):
         return "provider.upstream_error"
     if isinstance(error, Unavailable):
-        return "gateway.store_unavailable" if error.code == "store_unavailable" else "provider.unavailable"
+        # the gateway's own stores (the database, the limits' Redis, the response cache's store) or a provider
+        return "gateway.store_unavailable" if error.code in _OWN_STORES else "provider.unavailable"
     if isinstance(error, ProcessorRejected):
         return "policy.processor_rejected"
     if isinstance(error, SpendingCapReached):
