@@ -329,3 +329,25 @@ def test_the_responses_api_is_answered_from_the_cache(server: GatewayServer, fak
             streamed.append((raw.headers["x-inferplex-cache"], [e.type for e in raw.parse()][-1]))
     assert streamed == [("miss", "response.completed"), ("hit", "response.completed")]
     assert upstream_calls(fake_openai, text) == 2
+
+
+def test_the_anthropic_body_cache_object_is_honoured_and_never_sent_upstream(
+    server: GatewayServer, fake_openai: FakeOpenAI
+) -> None:
+    text = unique("anthropic control")
+    sdk = anthropic.Anthropic(base_url=server.url, api_key=server.master_key, max_retries=0)
+    messages: Any = [{"role": "user", "content": text}]
+    for _ in range(2):  # no-store: neither is stored, both go upstream
+        raw = sdk.messages.with_raw_response.create(
+            model="priced", max_tokens=100, messages=messages, extra_body={"cache": {"no-store": True}}
+        )
+        assert raw.headers["x-inferplex-cache"] == "miss"
+    assert upstream_calls(fake_openai, text) == 2
+    assert "cache" not in fake_openai.state.last().body
+    bad = httpx.post(
+        server.url + "/v1/messages",
+        headers={"x-api-key": server.master_key, "anthropic-version": "2023-06-01"},
+        json={"model": "priced", "max_tokens": 10, "messages": messages, "cache": {"ttl": "soon"}},
+    )
+    assert bad.status_code == 400 and bad.json()["type"] == "error"
+    assert bad.json()["error"]["type"] == "invalid_request_error" and "cache.ttl" in bad.json()["error"]["message"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -39,7 +40,7 @@ from inferplex.edge import endpoint, json_response, read_json
 from inferplex.errors import GatewayError, InvalidRequest
 from inferplex.families.chat import CHAT
 from inferplex.families.token_count import TOKEN_COUNT
-from inferplex.gateway_request import NO_OPTIONS, GatewayRequest
+from inferplex.gateway_request import NO_OPTIONS, GatewayOptions, GatewayRequest, cache_object
 from inferplex.pipeline import ChatStream
 from inferplex.prompting.assembly import assemble
 from inferplex.providers.failures import UpstreamOverloaded
@@ -121,22 +122,28 @@ async def render_stream(stream: ChatStream, writer: MessageStreamWriter) -> Asyn
         await stream.aclose()
 
 
-def _canonical(wire: CountTokensRequest, request: Request) -> tuple[dict[str, Any], GatewayRequest[ChatRequest]]:
+def _canonical(
+    wire: CountTokensRequest, request: Request, options: GatewayOptions = NO_OPTIONS
+) -> tuple[dict[str, Any], GatewayRequest[ChatRequest]]:
     """The canonical request (`full`, Anthropic's details kept for an Anthropic target) and the request to
     run: an OpenAI-compatible upstream is sent it without them (`strip_anthropic`), derived again the same
-    way when a stage rewrites the body. The Anthropic API has no gateway options: all are the defaults."""
+    way when a stage rewrites the body. The Anthropic API has no gateway options but the response cache's
+    `cache` object (docs/caching.md), taken out of the body before it is read."""
     full, stripped = to_canonical(wire)
     betas = [b.strip() for b in request.headers.get("anthropic-beta", "").split(",") if b.strip()]
     if betas:
         full.setdefault("anthropic_extra", {})["betas"] = betas
-    return full, GatewayRequest(parse(ChatRequest, full), NO_OPTIONS, stripped, strip_anthropic)
+    return full, GatewayRequest(parse(ChatRequest, full), options, stripped, strip_anthropic)
 
 
 async def messages(request: Request, ctx: Context) -> Response:
     services: Services = request.app.state.services
     body = await read_json(request, services.max_body_bytes, services.json_limits)
+    options = NO_OPTIONS
+    if isinstance(body, dict) and "cache" in body:  # the response cache's control: never a field sent upstream
+        options = replace(NO_OPTIONS, cache=cache_object({"cache": body.pop("cache")}))
     wire: MessagesRequest = parse(MessagesRequest, body)
-    _, chat = _canonical(wire, request)
+    _, chat = _canonical(wire, request, options)
     return await answer_chat(DIALECT, services, chat, ctx)
 
 
