@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from inferplex.accounts.limits import LimitRule
+from inferplex.cache.checks import problems as cache_problems
 from inferplex.cache.settings import CacheConfig, ModelCache
 from inferplex.observe.settings import AlertsConfig, ConsoleConfig, ObservabilityConfig
 from inferplex.prompting.templates import TemplateProblem, check_template
@@ -482,6 +483,8 @@ class Config(_Strict):
                 if d.provider not in names:
                     raise ValueError(f"models[{i}].deployments[{j}].provider: unknown provider {d.provider!r}")
         _check_routing(self.models)
+        if self.cache.enabled and (found := cache_problems(self)):
+            raise ValueError("cache: " + "; ".join(found))
         orphan = self.storage.orphan_release_s
         if orphan is not None and orphan <= self.jobs.max_job_s and any(m.type == "video" for m in self.models):
             raise ValueError(

@@ -1,5 +1,5 @@
-"""Cache settings that contradict themselves or the rest of the configuration are refused at start-up
-(cache/wiring.problems), each with what to change."""
+"""Cache settings that contradict themselves or the rest of the configuration are refused when the file is
+loaded (`inferplex config check` and `serve` alike: cache/checks.problems), each with what to change."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from inferplex.cache.wiring import backend_choice, problems
-from inferplex.config import parse_config
+from inferplex.cache.wiring import backend_choice
+from inferplex.config import ConfigError, parse_config
 
 CHAT = {"name": "c", "deployments": [{"provider": "p", "model": "m"}]}
 EMBED = {"name": "e", "type": "embedding", "deployments": [{"provider": "p", "model": "m"}]}
@@ -44,11 +44,12 @@ CASES: list[tuple[dict[str, Any], list[dict[str, Any]] | None, dict[str, Any], s
 def test_problems(
     cache: dict[str, Any], models: list[dict[str, Any]] | None, rest: dict[str, Any], said: str | None
 ) -> None:
-    found = problems(config(cache, models, **rest))
     if said is None:
-        assert found == []
-    else:
-        assert len(found) == 1 and said in found[0]
+        config(cache, models, **rest)
+        return
+    with pytest.raises(ConfigError) as refused:
+        config(cache, models, **rest)
+    assert said in str(refused.value) and "cache" in str(refused.value)
 
 
 # (cache section, other sections, the backend chosen)
