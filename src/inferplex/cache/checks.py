@@ -7,10 +7,11 @@ would silently never store) without importing the cache's service, which imports
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from inferplex.config import Config
+# `Config` (config.py), which runs these checks from its own validator: named here as Any, since a module that
+# config.py imports cannot import config.py's types without a cycle.
+Config = Any
 
 __all__ = ["backend_choice", "problems"]
 
