@@ -26,7 +26,7 @@ from tests.gateway_server import GatewayServer
 FIELDS = {
     "time", "request_id", "method", "route", "dialect", "operation", "status", "error_type", "error", "key_id",
     "account_id", "model", "provider", "deployment", "upstream_model", "attempts", "stream", "timings", "tokens",
-    "cost_micros", "client_ip",
+    "cost_micros", "client_ip", "cache",
 }  # fmt: skip
 
 

@@ -87,6 +87,7 @@ def line(ctx: Context, method: str, status: int, streaming: bool, bodies: bool) 
             "cached": details.get("cached_tokens") if isinstance(details, dict) else None,
         },
         "cost_micros": ctx.cost_micros,
+        "cache": ctx.cache.status if ctx.cache is not None else None,  # the response cache's outcome
         "client_ip": ctx.client_ip,
     }
     if bodies:
