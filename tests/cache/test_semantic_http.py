@@ -160,3 +160,17 @@ def test_a_streamed_paraphrase_is_replayed_from_a_stored_stream(server: GatewayS
     # a buffered request is another partition than a stream: a miss
     assert ask(server, system, PARAPHRASE).headers["x-inferplex-cache"] == "miss"
     assert upstream_calls(fake_openai, system) == 2
+
+
+def test_a_question_after_a_long_document_is_not_matched_by_meaning(
+    server: GatewayServer, fake_openai: FakeOpenAI
+) -> None:
+    # past the model's 128 tokens the two would embed identically (the document is all it sees): no lookup
+    system = unique("system")
+    document = "The Treaty of Westphalia was signed in 1648 and ended the Thirty Years' War. " * 12
+    assert ask(server, system, document + "Who signed it?").headers["x-inferplex-cache"] == "miss"
+    other = ask(server, system, document + "What year was it signed?")
+    assert other.headers["x-inferplex-cache"] == "miss"
+    assert other.parse().choices[0].message.content.endswith("What year was it signed?")
+    assert ask(server, system, document + "Who signed it?").headers["x-inferplex-cache"] == "hit"  # exact still
+    assert upstream_calls(fake_openai, system) == 2

@@ -136,3 +136,37 @@ async def test_base64_and_unordered_vectors_from_a_provider(pipeline: Pipeline) 
     vectors = await embedder.embed(["a", "b"])
     assert vectors.tolist() == [[1.0, 0.0], [1.0, 0.0]]
     assert isinstance(await open_embedder(SemanticSettings(), pipeline), LocalEmbedder) or bundled() is None
+
+
+DOCUMENT = "The Treaty of Westphalia was signed in 1648 and ended the Thirty Years' War. " * 12
+
+
+@needs_model
+async def test_a_text_longer_than_the_bundled_model_sees_is_not_compared(pipeline: Pipeline) -> None:
+    from inferplex.cache.embedders import BUNDLED_WINDOW
+    from inferplex.cache.semantic import TextTooLong
+
+    encoder: Any = bundled()
+    assert encoder._encoder.max_length == BUNDLED_WINDOW  # the window the check counts against
+    index = SemanticIndex(MemoryBackend(1 << 20), await open_embedder(SemanticSettings(), pipeline), SemanticSettings())
+    # why: past the window the encoder truncates, and two different questions after one document score 1.0
+    a, b = DOCUMENT + "Who signed it?", DOCUMENT + "What year was it signed?"
+    vectors = encoder.encode([a, b])
+    assert float(vectors[0] @ vectors[1]) > 0.999
+    assert not index.fits(a)
+    with pytest.raises(TextTooLong):
+        await index.embed(a)
+    assert index.fits(QUESTION_SHORT) and index.fits("word " * 120)
+    assert not index.fits("word " * 130)
+
+
+QUESTION_SHORT = "What is the capital of France?"
+
+
+@pytest.mark.parametrize(
+    ("text", "fits"),
+    [("a" * 510, True), ("a" * 511, False), ("é" * 255, True), ("é" * 256, False), ("😀" * 127, True)],
+)
+def test_a_configured_model_is_given_what_any_512_token_window_holds(pipeline: Pipeline, text: str, fits: bool) -> None:
+    model = next(m for m in pipeline.catalog.models if m.name == "embed-model")
+    assert ModelEmbedder(pipeline.catalog.targets(model)[0], Base64Adapter()).fits(text) is fits

