@@ -97,6 +97,13 @@ CASES: list[tuple[str, dict[str, Any], str, Any, str | None]] = [
         },
         "user: What is this?\ntool: a cat",
     ),
+    (
+        "conversation: a speaker's name stays exact",
+        body({"role": "user", "name": "ann", "content": "Hi"}),
+        "conversation",
+        {"model": "m", "messages": [{"name": "ann", "content": []}]},
+        "user: Hi",
+    ),
     ("conversation: no user text", body(SYSTEM, assistant("Hi")), "conversation", None, None),
     ("embeddings body: no messages", {"model": "e", "input": "hello"}, "last_user", None, None),
     ("Responses-style body: no messages", {"model": "m", "input": "hello"}, "conversation", None, None),

@@ -104,7 +104,7 @@ def semantic_parts(body: Mapping[str, Any], compare: Compare) -> tuple[Any, str]
         if text.strip():
             lines.append(f"{role}: {text}")
             user_text = user_text or role == "user"
-        residue = {k: v for k, v in _without_text(message).items() if k not in ("role", "name")}
+        residue = {k: v for k, v in _without_text(message).items() if k != "role"}  # role: in the text
         if residue != {"content": []}:
             residues.append(residue)
     if not user_text:
