@@ -14,8 +14,8 @@ Why no approximate index (HNSW: hnswlib, faiss, usearch install from PyPI; pgvec
 are not available from this machine's registries): measured at 384 dimensions, brute force answers 10,000
 vectors as fast as HNSW does (0.1 ms), exactly, with nothing to build; at 100,000 HNSW is ~30x faster per
 search (0.25 ms against 8) but found the true nearest only 82-84% of the time (M 16, ef 64), took 28-47 s to
-build (0.3-0.5 ms an insertion) and needs deletions handled. A partition is one tenant's one model and one exact prefix, so
-partitions past 100,000 vectors are not the case this is built for.
+build (0.3-0.5 ms an insertion) and needs deletions handled. A partition is one tenant's one model and one
+exact prefix, so partitions past 100,000 vectors are not the case this is built for.
 """
 
 from __future__ import annotations
