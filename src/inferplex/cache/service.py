@@ -244,6 +244,8 @@ class CacheService:
         if parts is None:
             return None
         exact, text = parts
+        if not index.fits(text):  # longer than the encoder reads: compared exactly only
+            return None
         # the embedding model is part of the partition: vectors of two models are never compared
         partition = keys.partition_id(plan.scope, plan.namespace, plan.model, plan.stream, family, [index.model, exact])
         try:

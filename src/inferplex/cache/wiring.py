@@ -46,13 +46,18 @@ async def start(config: Config, pipeline: Pipeline) -> CacheService | None:
     found = problems(config)
     if found:
         raise ValueError("; ".join(found))
-    backend = await open_backend(config)
     settings = config.cache.semantic
+    embedder = None
+    if any(m.cache.semantic for m in config.models):  # a model matches by meaning: no start without its encoder
+        from inferplex.cache.semantic import open_embedder
+
+        embedder = await open_embedder(settings, pipeline)  # ConfigError naming the setting
+    backend = await open_backend(config)
 
     async def open_semantic() -> SemanticIndex:
         from inferplex.cache.semantic import SemanticIndex, open_embedder  # numpy and the encoder: when wanted
 
-        return SemanticIndex(backend, await open_embedder(settings, pipeline), settings)
+        return SemanticIndex(backend, embedder or await open_embedder(settings, pipeline), settings)
 
     service = CacheService(config.cache, backend, open_semantic)
     if any(m.cache.semantic for m in config.models):  # load the embedding model now, not at the first request
