@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from tests.accounts.conftest import Admin, billing_config
+from tests.cache.support_ops import Operator
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
 
@@ -60,9 +61,18 @@ def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture
 def admin(server: GatewayServer) -> Iterator[Admin]:
+    """The admin API of the module's `server` (a module may define its own `server`)."""
     a = Admin(server.url, server.master_key)
     yield a
     a.close()
+
+
+@pytest.fixture
+def operator(cached_gateway: GatewayServer) -> Iterator[Operator]:
+    """The operator's view (admin API, metrics) of the module's `cached_gateway`."""
+    op = Operator(cached_gateway)
+    yield op
+    op.close()
 
 
 def unique(words: str = "tell me") -> str:

@@ -43,13 +43,6 @@ def cached_gateway(fake_openai: FakeOpenAI) -> Iterator[GatewayServer]:
         yield gateway
 
 
-@pytest.fixture
-def operator(cached_gateway: GatewayServer) -> Iterator[Operator]:
-    op = Operator(cached_gateway)
-    yield op
-    op.close()
-
-
 def fits(path: str, method: str, response: httpx.Response) -> None:
     """The answer's body fits the schema /openapi.json documents for its status."""
     document = openapi_document()

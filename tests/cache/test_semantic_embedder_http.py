@@ -37,13 +37,6 @@ def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) ->
         yield gw
 
 
-@pytest.fixture
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def test_the_configured_embedding_model_does_the_matching_unbilled(
     server: GatewayServer, admin: Admin, fake_openai: FakeOpenAI
 ) -> None:

@@ -45,13 +45,6 @@ def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) ->
         yield gw
 
 
-@pytest.fixture
-def admin(server: GatewayServer) -> Iterator[Admin]:
-    a = Admin(server.url, server.master_key)
-    yield a
-    a.close()
-
-
 def ask(server: GatewayServer, system: str, question: str, key: str | None = None, **kw: Any) -> Any:
     sdk = openai.OpenAI(base_url=server.base_url, api_key=key or server.master_key, max_retries=0)
     return sdk.chat.completions.with_raw_response.create(

@@ -146,13 +146,6 @@ def cached_gateway(fake_openai: FakeOpenAI) -> Iterator[GatewayServer]:
         yield gateway
 
 
-@pytest.fixture
-def operator(cached_gateway: GatewayServer) -> Iterator[Operator]:
-    op = Operator(cached_gateway)
-    yield op
-    op.close()
-
-
 def test_a_request_is_logged_as_a_miss_then_as_a_hit(
     cached_gateway: GatewayServer, operator: Operator, fake_openai: FakeOpenAI
 ) -> None:
