@@ -119,6 +119,7 @@ class Anthropic(NativeAdapter):
                 for chunk in translator.feed(event_name, data):
                     yield chunk
                 if translator.done:
+                    await http.ended(resp)  # the body's own end: the connection goes back to the pool
                     break
         finally:
             resp.close()

@@ -100,6 +100,7 @@ class OpenAIResponses(OpenAIHost):
                 yield data
                 if kind in TERMINAL:
                     ended = True
+                    await http.ended(resp)  # the body's own end: the connection goes back to the pool
                     break
         finally:
             resp.close()
