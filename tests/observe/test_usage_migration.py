@@ -24,6 +24,7 @@ from tests.migrating import down_and_up
 from tests.observe.usage_reference import aggregate, random_rows, same, usage_rows
 
 NEW_COLUMNS = {"route", "operation", "error_type", "attempts", "attempt_errors"}
+LATER_COLUMNS = {"cache"}  # 0020: the response cache's outcome
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -66,9 +67,10 @@ def _alembic(conn: Any, target: str) -> None:
 
 
 async def _at_0015_with_rows(url: str, rows: list[dict[str, Any]]) -> None:
-    """Migrate to 0015 and log `rows` as that version would (without 0016's columns)."""
-    old = [{k: v for k, v in row.items() if k not in NEW_COLUMNS} for row in rows]
-    names = [c.name for c in t.usage.columns if c.name not in NEW_COLUMNS]
+    """Migrate to 0015 and log `rows` as that version would (without 0016's columns, nor later ones)."""
+    later = NEW_COLUMNS | LATER_COLUMNS
+    old = [{k: v for k, v in row.items() if k not in later} for row in rows]
+    names = [c.name for c in t.usage.columns if c.name not in later]
     table = Table("usage", MetaData(), *(Column(n, t.usage.c[n].type) for n in names))
     if url.startswith("sqlite"):
         engine = create_engine(url)

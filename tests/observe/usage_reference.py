@@ -116,6 +116,7 @@ def random_rows(seed: int, count: int, start: float, days: int) -> list[dict[str
                 "error_type": None,
                 "attempts": [],
                 "attempt_errors": 0,
+                "cache": rng.choice([None, "hit", "miss"]),  # migration 0020
             }
         )
     return rows
