@@ -23,9 +23,7 @@ class Target:
     key: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        d = self.deployment
-        key = d.id if d.id is not None else f"{d.provider}/{d.model}" + (f"@{d.region}" if d.region else "")
-        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "key", deployment_key(self.deployment))
 
     @property
     def upstream_model(self) -> str:
@@ -36,3 +34,9 @@ class Target:
         """Where it runs: the deployment's `location`, else on premises for the bundled `local` runtime and
         cloud for every other kind (a URL says nothing reliable about who operates the machine)."""
         return self.deployment.location or ("on_premises" if self.provider.kind == "local" else "cloud")
+
+
+def deployment_key(d: DeploymentConfig) -> str:
+    """A deployment's name in headers, logs, the shared cooldown store and the cache's entries: its `id`, else
+    `provider/model` (with `@region`)."""
+    return d.id if d.id is not None else f"{d.provider}/{d.model}" + (f"@{d.region}" if d.region else "")

@@ -39,6 +39,13 @@ CACHE_MODELS: list[dict[str, Any]] = [
         "pricing": {"input": "0", "output": "3"},
         "cache": {"billing": {"charge": "full"}},
     },
+    {
+        # priced per deployment only (5 micro-USD per output token): a hit is priced as its deployment was
+        "name": "deployment-priced",
+        "deployments": [{"provider": "fake", "model": "gpt-echo", "pricing": {"input": "0", "output": "5"}}],
+        "max_output": 100,
+        "cache": {"billing": {"charge": "full"}},
+    },
     {"name": "slow-cached", "deployments": [{"provider": "fake", "model": "slow-stream"}]},
     {"name": "short-lived", "deployments": [{"provider": "fake", "model": "gpt-echo"}], "cache": {"ttl_s": 1}},
 ]

@@ -63,3 +63,21 @@ def test_the_master_key_sees_what_a_hit_would_cost(server: GatewayServer) -> Non
     chat(server, text, model="priced-full")
     hit = chat(server, text, model="priced-full")
     assert hit.headers["x-inferplex-cache"] == "hit" and hit.headers["x-inferplex-cost-micros"] == "12"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "streamed"])
+def test_a_hit_is_priced_as_the_deployment_that_answered(server: GatewayServer, admin: Admin, stream: bool) -> None:
+    """A model priced only per deployment: a full-price hit costs what the deployment's answer cost (4 output
+    tokens at 5 micro-USD), not the model's empty price."""
+    created = admin.create_key(credits_micros=CREDITS)
+    account, text = created["account_id"], unique()
+    for expected in ("miss", "hit"):
+        if stream:
+            r, frames = sse_frames(server, text, created["key"], model="deployment-priced",
+                                   stream_options={"include_usage": True})  # fmt: skip
+            assert r.headers["x-inferplex-cache"] == expected and frames[-1] == "[DONE]"
+        else:
+            r = chat(server, text, created["key"], model="deployment-priced")
+            assert r.headers["x-inferplex-cache"] == expected and r.json()["cost"]["micros"] == 20
+    assert settled_balance(admin, account, 5) == CREDITS - 20 - 20
+    assert [row["cost_micros"] for row in admin.usage(key_id=created["id"])[:2]] == [20, 20]

@@ -442,7 +442,12 @@ class _Admission:
 
     def _priced(self, ctx: Context, usage: Usage | None) -> tuple[Tokens, int]:
         """What the answer used and what it costs, at the price of the deployment and tier that served."""
-        price = price_for(ctx.target, ctx.service_tier) if ctx.target is not None else self.model.pricing
+        if ctx.target is not None:
+            price = price_for(ctx.target, ctx.service_tier)
+        elif ctx.cache is not None and ctx.cache.pricing is not None:  # a hit: as the stored answer was priced
+            price = ctx.cache.pricing
+        else:
+            price = self.model.pricing
         meter = self.family.meter
         if meter is not None:
             tokens, media = meter.used(self.request.body, ctx.answer)

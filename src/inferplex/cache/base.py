@@ -33,6 +33,8 @@ class Cached:
 
     answer: dict[str, Any] | None = None
     chunks: list[tuple[float, ChatCompletionChunk]] | None = None
+    # who produced it: {"deployment": its key, "tier": the service tier}, so a hit is priced as it was
+    priced: dict[str, Any] | None = None
 
 
 class ResponseCache(Protocol):

@@ -24,6 +24,9 @@ class CacheOutcome:
     # what a hit is charged, in millionths of the stored answer's cost (free: 0, full: 1,000,000)
     charge_ppm: int = MILLION
     lookup_ms: float = 0.0
+    # a hit's price list (config.Pricing): the deployment's that produced the stored answer, at its tier; None:
+    # the model's own (an entry stored without it)
+    pricing: Any = None
     # private to the cache: what `keep` / `record` need to store the answer after a miss
     plan: Any = field(default=None, repr=False)
 

@@ -8,7 +8,8 @@ own after a `finish_reason` (not `length` unless the request set the length): ne
 same ids, content, finish_reason and usage chunk, so the dialect frames them exactly as the first time.
 
 Stored value (the service's own encoding; a backend never looks inside): `{"answer": {...}}` for a buffered
-answer, `{"chunks": [[offset_s, chunk], ...]}` for a stream.
+answer, `{"chunks": [[offset_s, chunk], ...]}` for a stream, each with `"priced": {"deployment", "tier"}`: who
+produced it, so that a hit is priced as the answer was.
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ def decode(value: bytes) -> Cached | None:
         return None
     if not isinstance(data, dict):
         return None
-    answer, chunks = data.get("answer"), data.get("chunks")
+    answer, chunks, priced = data.get("answer"), data.get("chunks"), data.get("priced")
+    priced = priced if isinstance(priced, dict) else None
     if isinstance(answer, dict):
-        return Cached(answer=answer)
+        return Cached(answer=answer, priced=priced)
     if isinstance(chunks, list) and chunks:
-        return Cached(chunks=[(float(offset), cast("ChatCompletionChunk", chunk)) for offset, chunk in chunks])
+        kept = [(float(offset), cast("ChatCompletionChunk", chunk)) for offset, chunk in chunks]
+        return Cached(chunks=kept, priced=priced)
     return None
 
 
@@ -58,8 +61,10 @@ class Recording:
         store: Callable[[bytes], Awaitable[None]],
         asked_length: bool,
         max_bytes: int,
+        priced: dict[str, Any] | None = None,
     ) -> None:
         self._rest = rest
+        self._priced = priced
         self._store = store
         self._asked_length = asked_length
         self._max_bytes = max_bytes
@@ -78,7 +83,7 @@ class Recording:
         except StopAsyncIteration:
             kept, self._kept = self._kept, None
             if kept is not None and self._storable():
-                await self._store(encode(kept))
+                await self._store(encode(kept, self._priced))
             raise
         except BaseException:
             self._kept = None  # a failed stream is never stored
@@ -105,9 +110,12 @@ class Recording:
             await aclose()
 
 
-def encode(kept: list[tuple[float, bytes]]) -> bytes:
+def encode(kept: list[tuple[float, bytes]], priced: dict[str, Any] | None = None) -> bytes:
     """The stored value of a stream, from chunks already serialised (not parsed again)."""
-    return orjson.dumps({"chunks": [[round(offset, 4), orjson.Fragment(raw)] for offset, raw in kept]})
+    value: dict[str, Any] = {"chunks": [[round(offset, 4), orjson.Fragment(raw)] for offset, raw in kept]}
+    if priced is not None:
+        value["priced"] = priced
+    return orjson.dumps(value)
 
 
 async def paced(

@@ -34,10 +34,12 @@ from inferplex.cache import keys
 from inferplex.cache.base import MILLION, Backend, BackendStats, Cached, CacheOutcome, Entry, Purge
 from inferplex.cache.replay import Recording, decode, paced
 from inferplex.cache.settings import CacheBilling, CacheConfig
+from inferplex.routing.pricing import deployment_price
+from inferplex.targets import deployment_key
 
 if TYPE_CHECKING:
     from inferplex.cache.semantic import SemanticIndex
-    from inferplex.config import ModelConfig
+    from inferplex.config import ModelConfig, Pricing
     from inferplex.context import Context
     from inferplex.families.base import Family
     from inferplex.gateway_request import GatewayRequest
@@ -142,7 +144,10 @@ class CacheService:
         asked = control_mod.parse(ctx.headers_in, request.options.cache)
         outcome = ctx.cache = CacheOutcome("miss", charge_ppm=charge_ppm(settings.billing or self.config.billing))
         try:
-            return await self._lookup(ctx, outcome, asked, family.name, model, request, stream)
+            cached = await self._lookup(ctx, outcome, asked, family.name, model, request, stream)
+            if cached is not None:
+                outcome.pricing = stored_price(model, cached.priced)
+            return cached
         finally:
             outcome.lookup_ms = ctx.timings.cache_ms = (time.perf_counter() - started) * 1000
             ctx.timings.cache = outcome.status
@@ -272,7 +277,7 @@ class CacheService:
         plan = _plan(ctx)
         if plan is None or not isinstance(answer, dict) or not complete(answer, plan.asked_length):
             return
-        await self.store(ctx, plan, orjson.dumps({"answer": answer}))
+        await self.store(ctx, plan, orjson.dumps({"answer": answer, "priced": producer(ctx)}))
 
     def record(
         self, ctx: Context, first: ChatCompletionChunk, rest: AsyncIterator[ChatCompletionChunk]
@@ -284,7 +289,7 @@ class CacheService:
         async def stored(value: bytes) -> None:
             await self.store(ctx, plan, value)
 
-        return Recording(first, rest, stored, plan.asked_length, self.config.max_entry_bytes)
+        return Recording(first, rest, stored, plan.asked_length, self.config.max_entry_bytes, producer(ctx))
 
     async def store(self, ctx: Context, plan: Plan, value: bytes) -> None:
         """Put the entry (once per request), and file its vector when the lookup made one."""
@@ -355,3 +360,21 @@ def complete(answer: Mapping[str, Any], asked_length: bool) -> bool:
         if isinstance(choice, Mapping) and choice.get("finish_reason") == "length" and not asked_length:
             return False
     return True
+
+
+def producer(ctx: Context) -> dict[str, Any] | None:
+    """Who produced the answer being stored (the deployment that served, at its tier), for `stored_price`."""
+    target = ctx.target
+    return None if target is None else {"deployment": target.key, "tier": ctx.service_tier}
+
+
+def stored_price(model: ModelConfig, priced: Mapping[str, Any] | None) -> Pricing | None:
+    """A hit's price list: the deployment's that produced it (still configured), at the tier it ran on; None
+    (the model's own) when the entry does not say or that deployment is gone."""
+    if not priced:
+        return None
+    key, tier = priced.get("deployment"), priced.get("tier")
+    for deployment in model.deployments:
+        if deployment_key(deployment) == key:
+            return deployment_price(deployment, model, tier if isinstance(tier, str) else "default")
+    return None
