@@ -359,7 +359,9 @@ class Pipeline:
             raise TypeError(f"the {family.name} family has no single call to route")
         ctx.request = request
         resolved = self.resolve(ctx, request.body.model, request.options.provider_name, family)
-        cached = await self.look_up(ctx, family, resolved.model, request, stream=False)
+        cached = (
+            await self.look_up(ctx, family, resolved.model, request, stream=False) if self.cache is not None else None
+        )
         started = time.perf_counter()
         admission = await self.guard.admit(ctx, family, resolved.model, request)
         ctx.stage("limits", started)
@@ -372,7 +374,8 @@ class Pipeline:
             response = cast(M, cached.answer)
         else:
             response = await self.routed(ctx, resolved, admission, call)
-            await self.keep(ctx, response)
+            if ctx.cache is not None:
+                await self.keep(ctx, response)
         ctx.answer = response
         if isinstance(response, Mapping):
             ctx.usage = cast("Usage | None", response.get("usage"))
@@ -444,7 +447,9 @@ class Pipeline:
         request = assemble(request, resolved.model, run.segments if run is not None else ())
         # A stream whose processors need the whole answer is served from a buffered call: its buffered entry.
         buffered = stream and run is not None and run.buffered
-        cached = await self.look_up(ctx, CHAT, resolved.model, request, stream=stream and not buffered)
+        cached = None
+        if self.cache is not None:  # no coroutine per request for a gateway without a cache
+            cached = await self.look_up(ctx, CHAT, resolved.model, request, stream=stream and not buffered)
         started = time.perf_counter()
         admission = await self.guard.admit(ctx, CHAT, resolved.model, request)
         ctx.stage("limits", started)
@@ -474,7 +479,8 @@ class Pipeline:
             response = cast(ChatCompletion, cached.answer)
         else:
             response = await self.routed(ctx, resolved, admission, call)
-            await self.keep(ctx, response)
+            if ctx.cache is not None:
+                await self.keep(ctx, response)
         ctx.usage = response.get("usage")
         if run is None:
             ctx.response = response
