@@ -373,9 +373,7 @@ class Pipeline:
         if cached is not None and cached.answer is not None:
             response = cast(M, cached.answer)
         else:
-            response = await self.routed(ctx, resolved, admission, call)
-            if ctx.cache is not None:
-                await self.keep(ctx, response)
+            response = await self.routed_and_kept(ctx, resolved, admission, call)
         ctx.answer = response
         if isinstance(response, Mapping):
             ctx.usage = cast("Usage | None", response.get("usage"))
@@ -423,10 +421,18 @@ class Pipeline:
             return None
         return await self.cache.lookup(ctx, family, model, request, stream=stream)
 
-    async def keep(self, ctx: Context, response: Any) -> None:
-        """After a miss the cache looked up: the upstream's answer stored, before anything renders it."""
-        if self.cache is not None and ctx.cache is not None:
-            await self.cache.keep(ctx, response)
+    async def routed_and_kept(
+        self, ctx: Context, resolved: Resolved, admission: Admission, call: Callable[[Target], Awaitable[T]]
+    ) -> T:
+        """A buffered call routed (`routed`) and, after a miss the cache looked up, its answer stored before
+        anything renders it; identical misses meanwhile wait for it (`ResponseCache.flight`)."""
+        cache = self.cache
+        if cache is None or ctx.cache is None:
+            return await self.routed(ctx, resolved, admission, call)
+        async with cache.flight(ctx):
+            response = await self.routed(ctx, resolved, admission, call)
+            await cache.keep(ctx, response)
+        return response
 
     async def _prepare(
         self, ctx: Context, request: GatewayRequest[ChatRequest], *, stream: bool = False
@@ -478,9 +484,7 @@ class Pipeline:
         if cached is not None and cached.answer is not None:
             response = cast(ChatCompletion, cached.answer)
         else:
-            response = await self.routed(ctx, resolved, admission, call)
-            if ctx.cache is not None:
-                await self.keep(ctx, response)
+            response = await self.routed_and_kept(ctx, resolved, admission, call)
         ctx.usage = response.get("usage")
         if run is None:
             ctx.response = response

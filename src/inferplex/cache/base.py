@@ -9,6 +9,7 @@ per-request control, backends, the semantic index) sits behind it, in this packa
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -61,6 +62,12 @@ class ResponseCache(Protocol):
     ) -> AsyncIterator[ChatCompletionChunk]:
         """After a stream's miss: `rest` passed through unchanged, the chunks (from `first`) stored once the
         upstream ends cleanly; never an aborted or failed stream."""
+        ...
+
+    def flight(self, ctx: Context) -> AbstractAsyncContextManager[None]:
+        """Around a buffered miss's upstream call and `keep`: identical requests that miss meanwhile wait for
+        its answer (at most `cache.coalesce_wait_s`) instead of calling the upstream too; released however the
+        call ends."""
         ...
 
     def replay(self, ctx: Context, cached: Cached) -> tuple[ChatCompletionChunk, AsyncIterator[ChatCompletionChunk]]:

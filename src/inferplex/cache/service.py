@@ -23,6 +23,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,8 @@ class CacheService:
         self._open_semantic = semantic
         self._semantic: SemanticIndex | None = None
         self._semantic_lock = asyncio.Lock()
+        # buffered misses on their way upstream, by entry id: identical misses wait for them (`flight`)
+        self._flights: dict[str, asyncio.Future[None]] = {}
 
     # ---- lookup ----------------------------------------------------------------------------------------
 
@@ -188,6 +191,10 @@ class CacheService:
             outcome.status = "bypass"  # no-cache: not read, stored after the call
         else:
             cached = await self._read(entry_id, asked.max_age_s, stream)
+            if cached is None and (flight := self._flights.get(entry_id)) is not None:
+                # the same request is on its way upstream: its answer, rather than a second call
+                await asyncio.wait((flight,), timeout=self.config.coalesce_wait_s)
+                cached = await self._read(entry_id, asked.max_age_s, stream)
             if cached is not None:
                 outcome.status, outcome.plan = "hit", None
                 return cached
@@ -318,6 +325,19 @@ class CacheService:
             self.outages.report(f"storing entry {plan.entry_id[:12]}", exc)
         finally:
             ctx.timings.cache_ms += (time.perf_counter() - started) * 1000
+
+    @asynccontextmanager
+    async def flight(self, ctx: Context) -> AsyncIterator[None]:
+        plan = _plan(ctx)
+        if plan is None or plan.stream or not self.config.coalesce_wait_s or plan.entry_id in self._flights:
+            yield
+            return
+        done = self._flights[plan.entry_id] = asyncio.get_running_loop().create_future()
+        try:
+            yield
+        finally:
+            del self._flights[plan.entry_id]
+            done.set_result(None)
 
     # ---- replay ----------------------------------------------------------------------------------------
 

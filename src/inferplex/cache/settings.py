@@ -64,6 +64,9 @@ class CacheConfig(_Strict):
     max_bytes: int = Field(256 * 1024 * 1024, ge=1024)  # the in-process backend's bound (LRU past it)
     max_entry_bytes: int = Field(4 * 1024 * 1024, ge=256)  # a larger answer is served, never stored
     ttl_s: float = Field(3600.0, gt=0)
+    # a buffered request that misses while the same request is already on its way upstream (in this process)
+    # waits up to this long for that answer instead of asking the upstream again; 0: never waits
+    coalesce_wait_s: float = Field(30.0, ge=0, le=600)
     # whose requests may share an entry: the account (every key of one account), or only the same key;
     # a caller's `namespace` narrows either further, never widens it
     scope: CacheScope = "account"

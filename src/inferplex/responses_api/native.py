@@ -286,8 +286,7 @@ async def maybe_native(
         if cached is not None and cached.answer is not None:
             answer = cached.answer
         else:
-            answer = await pipeline.routed(ctx, resolved, admission, call)
-            await pipeline.keep(ctx, answer)
+            answer = await pipeline.routed_and_kept(ctx, resolved, admission, call)
         ctx.usage = chat_usage(answer.get("usage"))
         ctx.response = response = public(answer)
         await admission.settle(ctx, ctx.usage, failed=False)
