@@ -20,13 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from sqlalchemy import Column, MetaData, Table, create_engine, insert
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from inferplex.store import tables as t
-from inferplex.store.backend import MIGRATIONS
 from inferplex.store.engine import open_database
 from inferplex.store.request_log import RequestFilter, RequestLog
 from inferplex.store.spool import USAGE, Spool
@@ -35,7 +30,7 @@ from tests.accounts.conftest import own_database, sqlite_url
 from tests.cache.support_ops import Operator, ask, cached_config, prompt, upstream_calls, usage_row
 from tests.fakes.openai_upstream import FakeOpenAI
 from tests.gateway_server import GatewayServer
-from tests.migrating import down_and_up
+from tests.migrating import down_and_up, usage_rows_at
 from tests.observe.usage_reference import usage_rows
 
 NOW = 1_764_000_000.0
@@ -61,34 +56,8 @@ def test_0020_up_down_up(url: str) -> None:
     assert again == up
 
 
-def _upgrade(conn: Any, target: str) -> None:
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.attributes["connection"] = conn
-    command.upgrade(cfg, target)
-
-
-async def _at_0019_with(url: str, rows: list[dict[str, Any]]) -> None:
-    """Migrate to 0019 and log `rows` as that version did (no `cache` column)."""
-    names = [c.name for c in t.usage.columns if c.name != "cache"]
-    table = Table("usage", MetaData(), *(Column(n, t.usage.c[n].type) for n in names))
-    old = [{k: v for k, v in r.items() if k != "cache"} for r in rows]
-    if url.startswith("sqlite"):
-        engine = create_engine(url)
-        with engine.begin() as conn:
-            _upgrade(conn, "0019")
-            conn.execute(insert(table), old)
-        engine.dispose()
-        return
-    async_engine = create_async_engine(url)
-    async with async_engine.begin() as conn:
-        await conn.run_sync(_upgrade, "0019")
-        await conn.run_sync(lambda c: c.execute(insert(table), old))
-    await async_engine.dispose()
-
-
 def test_rows_before_0020_read_null_and_every_writer_carries_the_outcome(url: str, tmp_path: Path) -> None:
-    asyncio.run(_at_0019_with(url, [usage_row("before-1"), usage_row("before-2", model="m2")]))
+    usage_rows_at(url, "0019", [usage_row("before-1"), usage_row("before-2", model="m2")], {"cache"})
 
     async def upgraded_and_written() -> dict[str, Any]:
         db = open_database(url)

@@ -10,17 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from sqlalchemy import Column, MetaData, Table, create_engine, insert
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from inferplex.store import tables as t
-from inferplex.store.backend import MIGRATIONS
 from inferplex.store.engine import open_database
 from inferplex.store.rollups import GROUPS, Rollups
 from tests.accounts.conftest import own_database, sqlite_url
-from tests.migrating import down_and_up
+from tests.migrating import down_and_up, usage_rows_at
 from tests.observe.usage_reference import aggregate, random_rows, same, usage_rows
 
 NEW_COLUMNS = {"route", "operation", "error_type", "attempts", "attempt_errors"}
@@ -59,36 +54,9 @@ def test_0016_up_down_up(url: str) -> None:
     assert again == up
 
 
-def _alembic(conn: Any, target: str) -> None:
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.attributes["connection"] = conn
-    command.upgrade(cfg, target)
-
-
-async def _at_0015_with_rows(url: str, rows: list[dict[str, Any]]) -> None:
-    """Migrate to 0015 and log `rows` as that version would (without 0016's columns, nor later ones)."""
-    later = NEW_COLUMNS | LATER_COLUMNS
-    old = [{k: v for k, v in row.items() if k not in later} for row in rows]
-    names = [c.name for c in t.usage.columns if c.name not in later]
-    table = Table("usage", MetaData(), *(Column(n, t.usage.c[n].type) for n in names))
-    if url.startswith("sqlite"):
-        engine = create_engine(url)
-        with engine.begin() as conn:
-            _alembic(conn, "0015")
-            conn.execute(insert(table), old)
-        engine.dispose()
-        return
-    async_engine = create_async_engine(url)
-    async with async_engine.begin() as conn:
-        await conn.run_sync(_alembic, "0015")
-        await conn.run_sync(lambda c: c.execute(insert(table), old))
-    await async_engine.dispose()
-
-
 def test_0016_rolls_up_the_rows_logged_before_it(url: str) -> None:
     rows = random_rows(11, 700, 1_763_000_000.5, 3)
-    asyncio.run(_at_0015_with_rows(url, rows))
+    usage_rows_at(url, "0015", rows, NEW_COLUMNS | LATER_COLUMNS)  # as 0015 logged them
 
     async def upgraded() -> list[tuple[str, str | None, list[dict[str, Any]]]]:
         db = open_database(url)
