@@ -21,6 +21,8 @@ TensorZero's dummy provider does:
 - `sleep-<ms>`: wait that long, then echo; requests in flight are counted (`in_flight`, `max_in_flight`)
 - `choices-*`: n choices, each its own text (`echo: <text> (choice i)`), streamed as OpenAI does: the
   choices' chunks interleaved under one id, each choice finishing once
+- `cut-*`: echo, stopped at the provider's own output limit of 3 words (`finish_reason: length` whatever the
+  request's `max_tokens`; a smaller `max_tokens` cuts sooner)
 - `late-eof-*`: echo, streamed, the body's end (the chunked encoding's last chunk) 20 ms after `data: [DONE]`
   (`late-eof-<ms>`: that many ms), as a network may deliver it: a client that closes the response at
   `[DONE]` closes its connection
@@ -141,6 +143,8 @@ def _reply(body: dict[str, Any]) -> tuple[str, str, int, int]:
     last_user = next((m for m in reversed(body["messages"]) if m["role"] == "user"), body["messages"][-1])
     words = ["echo:", *_text_of(last_user).split()]
     limit = body.get("max_tokens") or body.get("max_completion_tokens")
+    if body["model"].startswith("cut-"):  # the provider's own limit
+        limit = min(limit, 3) if isinstance(limit, int) else 3
     finish = "stop"
     if isinstance(limit, int) and limit < len(words):
         words, finish = words[:limit], "length"
