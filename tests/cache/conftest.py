@@ -51,10 +51,13 @@ CACHE_MODELS: list[dict[str, Any]] = [
 ]
 
 
-def cache_config(fake: FakeOpenAI, tmp: Path, **cache: Any) -> dict[str, Any]:
-    """The accounts' billing config (SQLite store) with the cache on (memory backend unless given)."""
+def cache_config(
+    fake: FakeOpenAI, tmp: Path, models: list[dict[str, Any]] | None = None, **cache: Any
+) -> dict[str, Any]:
+    """The accounts' billing config (SQLite store) with the cache on (memory backend unless given), and a test
+    module's own `models` beside the shared ones."""
     config = billing_config(fake, tmp)
-    config["models"] += CACHE_MODELS
+    config["models"] += [*CACHE_MODELS, *(models or [])]
     config["cache"] = {"enabled": True, "backend": "memory", **cache}
     return config
 

@@ -28,9 +28,7 @@ MODELS: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    config = cache_config(fake_openai, tmp_path_factory.mktemp("coalesce"))
-    config["models"] += MODELS
-    with GatewayServer(config) as gw:
+    with GatewayServer(cache_config(fake_openai, tmp_path_factory.mktemp("coalesce"), MODELS)) as gw:
         yield gw
 
 

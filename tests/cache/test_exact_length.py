@@ -14,10 +14,9 @@ from tests.gateway_server import GatewayServer
 
 @pytest.fixture(scope="module")
 def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    config = cache_config(fake_openai, tmp_path_factory.mktemp("cut"))
     # the fake's `cut-*` stops every answer at 3 words, its own limit (finish_reason length)
-    config["models"].append({"name": "cut", "deployments": [{"provider": "fake", "model": "cut-1"}]})
-    with GatewayServer(config) as gw:
+    cut = {"name": "cut", "deployments": [{"provider": "fake", "model": "cut-1"}]}
+    with GatewayServer(cache_config(fake_openai, tmp_path_factory.mktemp("cut"), [cut])) as gw:
         yield gw
 
 

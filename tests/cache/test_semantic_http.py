@@ -39,9 +39,7 @@ SEMANTIC_MODELS: list[dict[str, Any]] = [
 
 @pytest.fixture(scope="module")
 def server(fake_openai: FakeOpenAI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    config = cache_config(fake_openai, tmp_path_factory.mktemp("semantic"))
-    config["models"] += SEMANTIC_MODELS
-    with GatewayServer(config) as gw:
+    with GatewayServer(cache_config(fake_openai, tmp_path_factory.mktemp("semantic"), SEMANTIC_MODELS)) as gw:
         yield gw
 
 
